@@ -1,0 +1,37 @@
+"""Alembic environment: runs migrations over asyncpg, URL from leaseq's settings."""
+
+import asyncio
+
+from sqlalchemy.engine import Connection
+
+from alembic import context
+from app.db.engine import create_engine, resolve_database_url
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async(url: str) -> None:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    url = context.config.attributes.get("database_url") or resolve_database_url()
+    if context.is_offline_mode():
+        context.configure(url=url, literal_binds=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    asyncio.run(_run_async(url))
+
+
+main()

@@ -1,0 +1,1 @@
+"""The REST front door: routes, request/response schemas, the error table."""

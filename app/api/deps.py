@@ -1,0 +1,30 @@
+"""Dependencies shared by the routes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.config import Settings
+from app.errors import InvalidParameter
+from app.queue.service import QueueService
+
+
+def _service(request: Request) -> QueueService:
+    service: QueueService = request.app.state.service
+    return service
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+ServiceDep = Annotated[QueueService, Depends(_service)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
+
+
+def check_batch(size: int, settings: Settings) -> None:
+    if size > settings.max_batch:
+        raise InvalidParameter(f"A batch holds at most {settings.max_batch} entries, got {size}.")

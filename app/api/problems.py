@@ -1,0 +1,128 @@
+"""The only table of HTTP statuses and error codes: problem+json (RFC 9457)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import (
+    DatabaseUnavailable,
+    InvalidParameter,
+    InvalidReceiptHandle,
+    LeaseLost,
+    LeaseqError,
+    MessageTooLarge,
+    QueueAlreadyExists,
+    QueueNotFound,
+)
+
+_log = logging.getLogger(__name__)
+
+MEDIA_TYPE = "application/problem+json"
+
+# error class -> (status, code). Order matters only for subclasses.
+STATUS: dict[type[LeaseqError], tuple[int, str]] = {
+    QueueNotFound: (404, "queue_not_found"),
+    QueueAlreadyExists: (409, "queue_already_exists"),
+    LeaseLost: (409, "lease_lost"),
+    InvalidReceiptHandle: (400, "invalid_receipt_handle"),
+    MessageTooLarge: (413, "message_too_large"),
+    InvalidParameter: (422, "validation_error"),
+    DatabaseUnavailable: (503, "database_unavailable"),
+}
+
+_TITLES = {
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details with a stable machine-readable `code`."""
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+def status_and_code(exc: Exception) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500, "internal_error"
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": f"urn:leaseq:problem:{code}",
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "code": code,
+        "detail": detail,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
+
+
+def entry_error(exc: Exception) -> dict[str, Any]:
+    """One failed entry of a batch, in the same vocabulary as a whole response."""
+    status, code = status_and_code(exc)
+    return {"ok": False, "status": status, "code": code, "detail": str(exc)}
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # Only plain fields: `input` may echo a huge body and `ctx` may hold objects
+    # that are not JSON.
+    return [
+        {"loc": [str(part) for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
+         "type": str(err.get("type", ""))}
+        for err in exc.errors()
+    ]
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(LeaseqError)
+    async def _domain(_request: Request, exc: LeaseqError) -> JSONResponse:
+        status, code = status_and_code(exc)
+        return problem(status, code, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        detail = "invalid request"
+        if errors:
+            detail = f"{'.'.join(errors[0]['loc'])}: {errors[0]['msg']}"
+        return problem(422, "validation_error", detail, errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        _log.exception("unhandled error", exc_info=exc)
+        return problem(500, "internal_error", "An unexpected error occurred.")
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the problem responses a route can return."""
+    return {
+        status: {"model": Problem, "content": {MEDIA_TYPE: {}}, "description": _TITLES[status]}
+        for status in statuses
+    }

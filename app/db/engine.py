@@ -1,0 +1,40 @@
+"""The SQLAlchemy async engine (asyncpg) and the URL it connects to."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.config import get_settings
+
+
+def asyncpg_url(url: str) -> str:
+    """Any postgres URL as SQLAlchemy's asyncpg form."""
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+def plain_url(url: str) -> str:
+    """A URL asyncpg.connect() itself understands (for the LISTEN connection)."""
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def resolve_database_url() -> str:
+    url = get_settings().database_url
+    if url is None:
+        raise RuntimeError("no DATABASE_URL: run through `leaseq serve` or set DATABASE_URL")
+    return url
+
+
+def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
+    return create_async_engine(
+        asyncpg_url(url),
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=True,
+        # A connection that is checked out this long means the pool is starved;
+        # failing fast as 503 beats a request hanging on it.
+        pool_timeout=10,
+        connect_args={"server_settings": {"application_name": "leaseq"}},
+    )

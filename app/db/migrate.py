@@ -1,0 +1,28 @@
+"""Runs the Alembic migrations (the schema's only owner) against a URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.config import Config
+
+from alembic import command
+
+
+def _script_location() -> Path:
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here.parent / "alembic", here / "_alembic"):
+        if (candidate / "env.py").exists():
+            return candidate
+    raise RuntimeError("alembic migrations not found next to the app package")
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_script_location()))
+    config.attributes["database_url"] = url
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)

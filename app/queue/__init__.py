@@ -1,0 +1,1 @@
+"""The queue engine: lease arithmetic, state transitions and their SQL."""

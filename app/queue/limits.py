@@ -1,0 +1,29 @@
+"""The documented limits of queues and messages (SQS's, unless noted)."""
+
+from __future__ import annotations
+
+import re
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+
+VISIBILITY_TIMEOUT = (0, 43_200)  # seconds; 12 hours
+MESSAGE_RETENTION = (60, 1_209_600)  # seconds; 1 minute .. 14 days
+DELAY = (0, 900)  # seconds
+RECEIVE_WAIT = (0, 20)  # seconds
+MAX_MESSAGE_BYTES = (1_024, 1_048_576)
+RECEIVE_MAX = (1, 10)
+
+DEFAULTS: dict[str, int] = {
+    "visibility_timeout": 30,
+    "message_retention": 4 * 24 * 3600,
+    "delay": 0,
+    "receive_wait": 0,
+    "max_message_bytes": 1_048_576,
+}
+
+MAX_ATTRIBUTES = 10  # per message, as SQS
+ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+
+
+def is_queue_name(name: str) -> bool:
+    return QUEUE_NAME.fullmatch(name) is not None

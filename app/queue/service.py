@@ -1,0 +1,458 @@
+"""The queue engine: every queue operation, as transactions over queries.sql.
+
+Front doors (REST now, SQS later) call this and translate its LeaseqError tree
+into their own error shapes. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import asyncpg
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.errors import (
+    DatabaseUnavailable,
+    InvalidParameter,
+    InvalidReceiptHandle,
+    LeaseLost,
+    MessageTooLarge,
+    QueueAlreadyExists,
+    QueueError,
+    QueueNotFound,
+)
+from app.queue import limits
+from app.queue.models import (
+    EntryError,
+    Lease,
+    OutgoingMessage,
+    Queue,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
+from app.queue.receipts import Receipt, ReceiptSigner
+from app.queue.sql import Q
+from app.queue.waiting import WaitHub
+
+_CONNECTION_ERRORS = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.InterfaceError,
+)
+
+
+def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidParameter(f"{name} must be between {low} and {high}, got {value}")
+
+
+def message_size(message: OutgoingMessage) -> int:
+    """Bytes counted against max_message_bytes: the body and the attributes, as SQS."""
+    size = len(message.body.encode("utf-8"))
+    for key, value in message.attributes.items():
+        size += len(key.encode("utf-8")) + len(value.encode("utf-8"))
+    return size
+
+
+def _queue_from_row(row: Any) -> Queue:
+    return Queue(
+        id=row.id,
+        name=row.name,
+        attributes=QueueAttributes(
+            visibility_timeout=row.visibility_timeout,
+            message_retention=row.message_retention,
+            delay=row.delay,
+            receive_wait=row.receive_wait,
+            max_message_bytes=row.max_message_bytes,
+        ),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+class QueueService:
+    def __init__(self, engine: AsyncEngine, hub: WaitHub, signer: ReceiptSigner) -> None:
+        self._engine = engine
+        self._hub = hub
+        self._signer = signer
+
+    # -- plumbing -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction; driver failures leave here as domain errors."""
+        try:
+            async with self._engine.begin() as conn:
+                yield conn
+        except QueueError:
+            raise
+        except sa_exc.TimeoutError as exc:
+            raise DatabaseUnavailable("No database connection became free in time.") from exc
+        except sa_exc.DBAPIError as exc:
+            if exc.connection_invalidated or isinstance(exc.orig, _CONNECTION_ERRORS) or (
+                isinstance(getattr(exc.orig, "__cause__", None), _CONNECTION_ERRORS)
+            ):
+                raise DatabaseUnavailable() from exc
+            raise
+        except _CONNECTION_ERRORS as exc:
+            raise DatabaseUnavailable() from exc
+
+    async def _queue(self, conn: AsyncConnection, name: str) -> Queue:
+        if not limits.is_queue_name(name):
+            raise QueueNotFound(f"Queue {name!r} does not exist.")
+        row = (await conn.execute(Q.get_queue, {"name": name})).one_or_none()
+        if row is None:
+            raise QueueNotFound(f"Queue {name!r} does not exist.")
+        return _queue_from_row(row)
+
+    def _receipts(
+        self, queue: Queue, handles: Sequence[str]
+    ) -> list[Receipt | InvalidReceiptHandle]:
+        decoded: list[Receipt | InvalidReceiptHandle] = []
+        for handle in handles:
+            try:
+                decoded.append(self._signer.decode(handle, queue_id=queue.id))
+            except InvalidReceiptHandle as exc:
+                decoded.append(exc)
+        return decoded
+
+    async def ping(self) -> None:
+        async with self._transaction() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+
+    # -- queues -------------------------------------------------------------
+
+    async def create_queue(self, name: str, attributes: dict[str, int]) -> tuple[Queue, bool]:
+        """Create a queue; (queue, created). Same name and attributes is not an error (SQS)."""
+        if not limits.is_queue_name(name):
+            raise InvalidParameter("Queue names are 1-80 letters, digits, '-' or '_'.")
+        values = {**limits.DEFAULTS, **attributes}
+        async with self._transaction() as conn:
+            row = (await conn.execute(Q.create_queue, {"name": name, **values})).one_or_none()
+            if row is not None:
+                return _queue_from_row(row), True
+            existing = await self._queue(conn, name)
+        if {k: getattr(existing.attributes, k) for k in values} != values:
+            raise QueueAlreadyExists(
+                f"Queue {name!r} already exists with different attributes."
+            )
+        return existing, False
+
+    async def get_queue(self, name: str) -> tuple[Queue, QueueStats]:
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            row = (
+                await conn.execute(
+                    Q.queue_stats,
+                    {"queue_id": queue.id, "retention": queue.attributes.message_retention},
+                )
+            ).one()
+        stats = QueueStats(
+            visible=row.visible,
+            in_flight=row.in_flight,
+            delayed=row.delayed,
+            oldest_age_seconds=float(row.oldest_age_seconds),
+        )
+        return queue, stats
+
+    async def list_queues(
+        self, prefix: str = "", after: str = "", limit: int = 1000
+    ) -> list[Queue]:
+        async with self._transaction() as conn:
+            rows = await conn.execute(
+                Q.list_queues, {"prefix": prefix, "after": after, "limit": limit}
+            )
+            return [_queue_from_row(row) for row in rows]
+
+    async def update_queue(self, name: str, changes: dict[str, int]) -> Queue:
+        params: dict[str, Any] = {key: None for key in limits.DEFAULTS}
+        params.update(changes)
+        async with self._transaction() as conn:
+            if not limits.is_queue_name(name):
+                raise QueueNotFound(f"Queue {name!r} does not exist.")
+            row = (await conn.execute(Q.update_queue, {"name": name, **params})).one_or_none()
+            if row is None:
+                raise QueueNotFound(f"Queue {name!r} does not exist.")
+            queue = _queue_from_row(row)
+        # A shorter timeout or retention can change what waiters should expect.
+        self._hub.notify(queue.id)
+        return queue
+
+    async def delete_queue(self, name: str) -> None:
+        async with self._transaction() as conn:
+            if not limits.is_queue_name(name):
+                raise QueueNotFound(f"Queue {name!r} does not exist.")
+            row = (await conn.execute(Q.delete_queue, {"name": name})).one_or_none()
+            if row is None:
+                raise QueueNotFound(f"Queue {name!r} does not exist.")
+        self._hub.notify(row.id)
+
+    async def purge(self, name: str) -> int:
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            result = await conn.execute(Q.purge_queue, {"queue_id": queue.id})
+            return int(getattr(result, "rowcount", 0))
+
+    # -- messages -----------------------------------------------------------
+
+    async def send(
+        self, name: str, messages: Sequence[OutgoingMessage]
+    ) -> list[SentMessage | EntryError]:
+        """Send a batch in one transaction; oversized entries fail on their own.
+
+        Returns only after the commit: a SentMessage is durable.
+        """
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            results: list[SentMessage | EntryError | None] = []
+            accepted: list[tuple[int, OutgoingMessage]] = []
+            for index, message in enumerate(messages):
+                try:
+                    if message_size(message) > queue.attributes.max_message_bytes:
+                        raise MessageTooLarge(
+                            f"Message is larger than the queue's max_message_bytes "
+                            f"({queue.attributes.max_message_bytes})."
+                        )
+                    if message.delay is not None:
+                        _check_range("delay", message.delay, limits.DELAY)
+                except QueueError as exc:
+                    results.append(EntryError(exc))
+                else:
+                    results.append(None)  # filled in from the INSERT below
+                    accepted.append((index, message))
+            if accepted:
+                rows = (
+                    await conn.execute(
+                        Q.send_messages,
+                        {
+                            "queue_id": queue.id,
+                            "bodies": [m.body for _, m in accepted],
+                            "attributes": [json.dumps(m.attributes) for _, m in accepted],
+                            "delays": [
+                                queue.attributes.delay if m.delay is None else m.delay
+                                for _, m in accepted
+                            ],
+                        },
+                    )
+                ).all()
+                for (index, _), row in zip(accepted, rows, strict=True):
+                    results[index] = SentMessage(
+                        message_id=str(row.message_id), sent_at=row.sent_at
+                    )
+        if accepted:
+            self._hub.notify(queue.id)
+        return [result for result in results if result is not None]
+
+    async def _claim(
+        self, queue: Queue, max_messages: int, visibility_timeout: int
+    ) -> tuple[list[ReceivedMessage], float | None]:
+        """One claim; when it finds nothing, also the seconds until something is due."""
+        retention = queue.attributes.message_retention
+        async with self._transaction() as conn:
+            rows = (
+                await conn.execute(
+                    Q.claim_messages,
+                    {
+                        "queue_id": queue.id,
+                        "visibility_timeout": visibility_timeout,
+                        "retention": retention,
+                        "max": max_messages,
+                    },
+                )
+            ).all()
+            due_in: float | None = None
+            if not rows:
+                due_in = (
+                    await conn.execute(
+                        Q.next_visible_in, {"queue_id": queue.id, "retention": retention}
+                    )
+                ).scalar_one()
+        received = [
+            ReceivedMessage(
+                message_id=str(row.message_id),
+                body=row.body,
+                attributes=json.loads(row.attributes),
+                receipt_handle=self._signer.encode(
+                    Receipt(queue_id=queue.id, message_row=row.id, claim_token=row.claim_token)
+                ),
+                receive_count=row.receive_count,
+                fencing_token=row.fencing_token,
+                lease_seconds=visibility_timeout,
+                lease_expires_at=row.lease_expires_at,
+                sent_at=row.sent_at,
+                first_received_at=row.first_received_at,
+                checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
+            )
+            for row in sorted(rows, key=lambda r: r.fencing_token)
+        ]
+        return received, None if due_in is None else float(due_in)
+
+    async def receive(
+        self,
+        name: str,
+        *,
+        max_messages: int = 1,
+        visibility_timeout: int | None = None,
+        wait: int | None = None,
+        gone: asyncio.Event | None = None,
+    ) -> list[ReceivedMessage]:
+        """Claim up to max_messages; with wait > 0, wait for them without a connection.
+
+        `gone` is set when the client has disconnected: then nothing more is
+        claimed (a claim for a gone client is a message stuck for a whole lease).
+        """
+        _check_range("max", max_messages, limits.RECEIVE_MAX)
+        if visibility_timeout is not None:
+            _check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
+        if wait is not None:
+            _check_range("wait", wait, limits.RECEIVE_WAIT)
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+        lease = (
+            queue.attributes.visibility_timeout if visibility_timeout is None
+            else visibility_timeout
+        )
+        wait_seconds = queue.attributes.receive_wait if wait is None else wait
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            if gone is not None and gone.is_set():
+                return []
+            wake = self._hub.event(queue.id)
+            received, due_in = await self._claim(queue, max_messages, lease)
+            remaining = deadline - time.monotonic()
+            if received or remaining <= 0 or self._hub.closed:
+                return received
+            timeout = remaining
+            for cap in (due_in, self._hub.recheck_cap()):
+                if cap is not None:
+                    timeout = min(timeout, max(cap, 0.001))
+            await _wait_any(wake, gone, timeout)
+
+    async def change_visibility(
+        self, name: str, entries: Sequence[tuple[str, int]]
+    ) -> list[Lease | EntryError]:
+        """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
+        for _, timeout in entries:
+            _check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            receipts = self._receipts(queue, [handle for handle, _ in entries])
+            valid = [
+                (r, timeout)
+                for r, (_, timeout) in zip(receipts, entries, strict=True)
+                if isinstance(r, Receipt)
+            ]
+            changed: dict[int, Any] = {}
+            if valid:
+                rows = await conn.execute(
+                    Q.change_visibility,
+                    {
+                        "queue_id": queue.id,
+                        "ids": [r.message_row for r, _ in valid],
+                        "tokens": [r.claim_token for r, _ in valid],
+                        "timeouts": [timeout for _, timeout in valid],
+                    },
+                )
+                changed = {row.id: row for row in rows}
+            released = any(row.timeout == 0 for row in changed.values())
+            if released:
+                await conn.execute(Q.notify_queue, {"queue_id": queue.id})
+        if released:
+            self._hub.notify(queue.id)
+        results: list[Lease | EntryError] = []
+        for receipt, (_, timeout) in zip(receipts, entries, strict=True):
+            if isinstance(receipt, InvalidReceiptHandle):
+                results.append(EntryError(receipt))
+            elif receipt.message_row in changed:
+                row = changed[receipt.message_row]
+                results.append(Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at))
+            else:
+                results.append(EntryError(LeaseLost()))
+        return results
+
+    async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
+        """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            receipts = self._receipts(queue, handles)
+            valid = [r for r in receipts if isinstance(r, Receipt)]
+            deleted: set[int] = set()
+            if valid:
+                rows = await conn.execute(
+                    Q.delete_messages,
+                    {
+                        "queue_id": queue.id,
+                        "ids": [r.message_row for r in valid],
+                        "tokens": [r.claim_token for r in valid],
+                    },
+                )
+                deleted = {row.id for row in rows}
+        results: list[EntryError | None] = []
+        seen: set[int] = set()
+        for receipt in receipts:
+            if isinstance(receipt, InvalidReceiptHandle):
+                results.append(EntryError(receipt))
+            elif receipt.message_row in deleted and receipt.message_row not in seen:
+                seen.add(receipt.message_row)
+                results.append(None)
+            else:
+                results.append(EntryError(LeaseLost()))
+        return results
+
+    async def checkpoint(self, name: str, handle: str, cursor: Any) -> Lease:
+        """Record a cursor and renew the lease by the queue's visibility timeout."""
+        async with self._transaction() as conn:
+            queue = await self._queue(conn, name)
+            receipt = self._signer.decode(handle, queue_id=queue.id)
+            timeout = queue.attributes.visibility_timeout
+            row = (
+                await conn.execute(
+                    Q.save_checkpoint,
+                    {
+                        "queue_id": queue.id,
+                        "id": receipt.message_row,
+                        "token": receipt.claim_token,
+                        "cursor": json.dumps(cursor),
+                        "timeout": timeout,
+                    },
+                )
+            ).one_or_none()
+        if row is None:
+            raise LeaseLost()
+        return Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at)
+
+    async def sweep_expired(self, batch: int = 1000) -> int:
+        """Delete messages past their queue's retention; returns how many."""
+        total = 0
+        while True:
+            async with self._transaction() as conn:
+                result = await conn.execute(Q.sweep_expired, {"limit": batch})
+            count = int(getattr(result, "rowcount", 0))
+            total += count
+            if count < batch:
+                return total
+
+
+async def _wait_any(wake: asyncio.Event, gone: asyncio.Event | None, seconds: float) -> None:
+    """Until `wake` or `gone` is set, or `seconds` pass."""
+    waiters = [asyncio.ensure_future(wake.wait())]
+    if gone is not None:
+        waiters.append(asyncio.ensure_future(gone.wait()))
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

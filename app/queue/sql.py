@@ -1,0 +1,37 @@
+"""Loads the named statements of queries.sql once, at import."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from sqlalchemy import TextClause, text
+
+_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def _parse(source: str) -> dict[str, str]:
+    parts = _HEADER.split(source)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+SOURCE: dict[str, str] = _parse(
+    resources.files("app.queue").joinpath("queries.sql").read_text(encoding="utf-8")
+)
+
+
+class _Queries:
+    """Attribute access to the compiled statements: `Q.claim_messages`."""
+
+    def __init__(self, source: dict[str, str]) -> None:
+        self._compiled: dict[str, TextClause] = {name: text(sql) for name, sql in source.items()}
+
+    def __getattr__(self, name: str) -> TextClause:
+        try:
+            return self._compiled[name]
+        except KeyError:
+            raise AttributeError(f"no query named {name!r} in queries.sql") from None
+
+
+Q = _Queries(SOURCE)

@@ -1,0 +1,134 @@
+"""Real PostgreSQL for every test: the embedded server by default, DATABASE_URL when set.
+
+The schema is built once by the Alembic migrations into a template database;
+each test that writes gets its own `CREATE DATABASE ... TEMPLATE` copy, so tests
+with real commits, several connections, SKIP LOCKED and LISTEN/NOTIFY stay
+isolated from each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.config import Settings
+from app.db.embedded import EmbeddedPostgres
+from app.db.engine import plain_url
+from app.db.migrate import upgrade
+from app.main import create_app
+
+EXTERNAL_URL = os.environ.get("DATABASE_URL") or None
+
+
+def with_database(url: str, database: str) -> str:
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A URL of the PostgreSQL server the tests use (its maintenance database)."""
+    if EXTERNAL_URL is not None:
+        yield plain_url(EXTERNAL_URL)
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), database="postgres")
+    server.start()
+    try:
+        yield server.dsn()
+    finally:
+        server.stop()
+
+
+async def _admin(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    """A database migrated to head by Alembic, used as the template of test databases."""
+    name = f"leaseq_tpl_{uuid.uuid4().hex[:8]}"
+    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    upgrade(with_database(server_url, name))
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of its own for one test."""
+    name = f"leaseq_t_{uuid.uuid4().hex[:12]}"
+    await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    try:
+        yield with_database(server_url, name)
+    finally:
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": database_url,
+            "data_dir": tmp_path / "data",
+            "secret": "test-secret-0123456789abcdef",
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+AppClient = Callable[..., Awaitable[httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def app_factory(settings_factory: Callable[..., Settings]) -> AsyncIterator[AppClient]:
+    """Builds apps (lifespan entered) with httpx clients through the ASGI transport."""
+    stack: list[tuple[Any, httpx.AsyncClient]] = []
+
+    async def make(**overrides: Any) -> httpx.AsyncClient:
+        app = create_app(settings_factory(**overrides))
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://leaseq.test", timeout=60
+        )
+        client.app = app  # type: ignore[attr-defined]
+        stack.append((lifespan, client))
+        await app.state.listener.connected.wait()
+        return client
+
+    yield make
+    for lifespan, client in reversed(stack):
+        await client.aclose()
+        await lifespan.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def client(app_factory: AppClient) -> httpx.AsyncClient:
+    return await app_factory()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the test's database, for looking behind the API."""
+    conn = await asyncpg.connect(plain_url(database_url))
+    try:
+        yield conn
+    finally:
+        await conn.close()

@@ -1,0 +1,33 @@
+"""Factories and helpers shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import httpx
+
+
+async def make_queue(client: httpx.AsyncClient, name: str = "jobs", **attributes: Any) -> str:
+    response = await client.post("/v1/queues", json={"name": name, **attributes})
+    assert response.status_code == 201, response.text
+    return name
+
+
+async def send(client: httpx.AsyncClient, queue: str, body: str = "hello", **extra: Any) -> str:
+    response = await client.post(f"/v1/queues/{queue}/messages", json={"body": body, **extra})
+    assert response.status_code == 201, response.text
+    return str(response.json()["message_id"])
+
+
+async def receive(
+    client: httpx.AsyncClient, queue: str, **params: Any
+) -> list[dict[str, Any]]:
+    response = await client.get(f"/v1/queues/{queue}/receive", params=params)
+    assert response.status_code == 200, response.text
+    messages: list[dict[str, Any]] = response.json()["messages"]
+    return messages
+
+
+async def db_now(db: asyncpg.Connection) -> Any:
+    return await db.fetchval("SELECT clock_timestamp()")
