@@ -86,6 +86,8 @@ def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Setting
             "database_url": database_url,
             "data_dir": tmp_path / "data",
             "secret": "test-secret-0123456789abcdef",
+            # Tests that want the retention sweeper set their own interval.
+            "retention_sweep_seconds": 3600,
         }
         values.update(overrides)
         return Settings(**values)

@@ -339,7 +339,11 @@ class QueueService:
             for cap in (due_in, self._hub.recheck_cap()):
                 if cap is not None:
                     timeout = min(timeout, max(cap, 0.001))
-            await _wait_any(wake, gone, timeout)
+            self._hub.parked[queue.id] += 1
+            try:
+                await _wait_any(wake, gone, timeout)
+            finally:
+                self._hub.parked[queue.id] -= 1
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 
 import asyncpg
 
@@ -32,6 +33,8 @@ class WaitHub:
 
     def __init__(self) -> None:
         self._events: dict[int, asyncio.Event] = {}
+        self.parked: Counter[int] = Counter()
+        """Receivers waiting right now, per queue id."""
         self.listening = False
         self.closed = False
 

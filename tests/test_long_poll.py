@@ -1,0 +1,181 @@
+"""Long polling: a waiting receive holds no connection and wakes on a send, a
+delay ending, a lease expiring, from any service process; a gone client claims
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+from conftest import AppClient
+from support import make_queue, receive, send
+
+from app.config import Settings
+from app.main import create_app
+
+
+async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
+    """Until `count` receivers are waiting on `queue` in this client's app."""
+    app: Any = client.app  # type: ignore[attr-defined]
+    queue_id = await _queue_id(client, queue)
+    async with asyncio.timeout(10):
+        while app.state.hub.parked[queue_id] < count:
+            await asyncio.sleep(0.005)
+
+
+async def _queue_id(client: httpx.AsyncClient, queue: str) -> int:
+    app: Any = client.app  # type: ignore[attr-defined]
+    async with app.state.service._engine.connect() as conn:
+        result = await conn.exec_driver_sql("SELECT id FROM queues WHERE name = $1", (queue,))
+        return int(result.scalar_one())
+
+
+async def timed_receive(client: httpx.AsyncClient, queue: str, **params: Any) -> tuple[
+    list[dict[str, Any]], float
+]:
+    start = time.monotonic()
+    messages = await receive(client, queue, **params)
+    return messages, time.monotonic() - start
+
+
+async def test_a_waiting_receive_wakes_on_send(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client)
+    waiter = asyncio.create_task(timed_receive(client, queue, wait=20))
+    await parked(client, queue)
+    message_id = await send(client, queue)
+    messages, elapsed = await waiter
+    assert [m["message_id"] for m in messages] == [message_id]
+    assert elapsed < 10  # well before the 20 s wait ran out
+
+
+async def test_a_waiting_receive_holds_no_database_connection(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    queue = await make_queue(client)
+    waiters = [asyncio.create_task(receive(client, queue, wait=20)) for _ in range(30)]
+    await parked(client, queue, 30)
+    pool = client.app.state.service._engine.pool  # type: ignore[attr-defined]
+    assert pool.checkedout() == 0
+    busy = await db.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'leaseq' AND state <> 'idle'"
+    )
+    assert busy == 0
+    await client.post(
+        f"/v1/queues/{queue}/messages",
+        json={"messages": [{"body": str(i)} for i in range(30)]},
+    )
+    results = await asyncio.gather(*waiters)
+    assert sorted(len(r) for r in results) == [1] * 30
+
+
+async def test_a_waiting_receive_wakes_when_a_delay_ends(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client)
+    await send(client, queue, delay=2)
+    messages, elapsed = await timed_receive(client, queue, wait=20)
+    assert len(messages) == 1
+    assert 1 <= elapsed < 10
+
+
+async def test_a_waiting_receive_wakes_when_a_lease_expires(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client, visibility_timeout=2)
+    await send(client, queue)
+    (first,) = await receive(client, queue)
+    messages, elapsed = await timed_receive(client, queue, wait=20)
+    assert [m["message_id"] for m in messages] == [first["message_id"]]
+    assert elapsed < 10
+
+
+async def test_a_send_through_another_process_wakes_the_waiter(
+    app_factory: AppClient,
+) -> None:
+    """Two app instances share only the database: the wake-up crosses by NOTIFY."""
+    waiting_side = await app_factory()
+    sending_side = await app_factory()
+    queue = await make_queue(sending_side)
+    waiter = asyncio.create_task(timed_receive(waiting_side, queue, wait=20))
+    await parked(waiting_side, queue)
+    await send(sending_side, queue)
+    messages, elapsed = await waiter
+    assert len(messages) == 1
+    assert elapsed < 10
+
+
+async def test_waiters_recover_when_the_listener_connection_is_killed(
+    app_factory: AppClient, db: asyncpg.Connection
+) -> None:
+    waiting_side = await app_factory()
+    sending_side = await app_factory()
+    queue = await make_queue(sending_side)
+    listener = waiting_side.app.state.listener  # type: ignore[attr-defined]
+    waiter = asyncio.create_task(timed_receive(waiting_side, queue, wait=20))
+    await parked(waiting_side, queue)
+    killed = await db.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'leaseq-listener'"
+    )
+    assert killed == 2  # one per app instance
+    await send(sending_side, queue)
+    messages, elapsed = await waiter
+    assert len(messages) == 1
+    assert elapsed < 10
+    async with asyncio.timeout(10):
+        await listener.connected.wait()
+
+
+@pytest.fixture
+async def served(settings_factory: Any) -> AsyncIterator[tuple[str, Any]]:
+    """The app behind a real uvicorn server on a free port, in this event loop."""
+    settings: Settings = settings_factory()
+    app = create_app(settings)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(20):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_disconnected_client_claims_nothing(
+    served: tuple[str, Any], db: asyncpg.Connection
+) -> None:
+    base, app = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.post("/v1/queues", json={"name": "q"})).status_code == 201
+    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'q'")
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
+    writer.write(b"GET /v1/queues/q/receive?wait=20 HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    async with asyncio.timeout(10):
+        while app.state.hub.parked[queue_id] < 1:
+            await asyncio.sleep(0.005)
+    writer.close()
+    await writer.wait_closed()
+    # The server notices the disconnect and stops waiting...
+    async with asyncio.timeout(10):
+        while app.state.hub.parked[queue_id] > 0:
+            await asyncio.sleep(0.005)
+    # ...so a message sent now is not claimed for the gone client.
+    async with httpx.AsyncClient(base_url=base) as http:
+        sent = await http.post("/v1/queues/q/messages", json={"body": "for a live worker"})
+        assert sent.status_code == 201
+        got = (await http.get("/v1/queues/q/receive")).json()["messages"]
+    assert [m["receive_count"] for m in got] == [1]
+    del reader
