@@ -9,7 +9,9 @@ isolated from each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,7 +20,9 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+import uvicorn
 from sqlalchemy.engine import make_url
+from support import wait_until
 
 from app.config import Settings
 from app.db.embedded import EmbeddedPostgres
@@ -134,3 +138,22 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def served(settings_factory: Any) -> AsyncIterator[tuple[str, Any]]:
+    """The app behind a real uvicorn server on a free port, in this event loop."""
+    settings: Settings = settings_factory()
+    app = create_app(settings)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    await wait_until(lambda: server.started, seconds=20)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

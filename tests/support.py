@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -31,3 +33,13 @@ async def receive(
 
 async def db_now(db: asyncpg.Connection) -> Any:
     return await db.fetchval("SELECT clock_timestamp()")
+
+
+async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Until `predicate()` holds, checking every few milliseconds; fails after `seconds`.
+
+    For state another component owns and exposes no event for (a counter, a flag).
+    """
+    async with asyncio.timeout(seconds):
+        while not predicate():  # noqa: ASYNC110 - the state has no event to wait on
+            await asyncio.sleep(0.005)

@@ -5,30 +5,20 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
-import pytest
-import uvicorn
 from conftest import AppClient
-from support import make_queue, receive, send
-
-from app.config import Settings
-from app.main import create_app
+from support import make_queue, receive, send, wait_until
 
 
 async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
     """Until `count` receivers are waiting on `queue` in this client's app."""
     app: Any = client.app  # type: ignore[attr-defined]
     queue_id = await _queue_id(client, queue)
-    async with asyncio.timeout(10):
-        while app.state.hub.parked[queue_id] < count:
-            await asyncio.sleep(0.005)
+    await wait_until(lambda: app.state.hub.parked[queue_id] >= count)
 
 
 async def _queue_id(client: httpx.AsyncClient, queue: str) -> int:
@@ -131,27 +121,6 @@ async def test_waiters_recover_when_the_listener_connection_is_killed(
         await listener.connected.wait()
 
 
-@pytest.fixture
-async def served(settings_factory: Any) -> AsyncIterator[tuple[str, Any]]:
-    """The app behind a real uvicorn server on a free port, in this event loop."""
-    settings: Settings = settings_factory()
-    app = create_app(settings)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(20):
-        while not server.started:
-            await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def test_a_disconnected_client_claims_nothing(
     served: tuple[str, Any], db: asyncpg.Connection
 ) -> None:
@@ -163,15 +132,11 @@ async def test_a_disconnected_client_claims_nothing(
     reader, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
     writer.write(b"GET /v1/queues/q/receive?wait=20 HTTP/1.1\r\nHost: x\r\n\r\n")
     await writer.drain()
-    async with asyncio.timeout(10):
-        while app.state.hub.parked[queue_id] < 1:
-            await asyncio.sleep(0.005)
+    await wait_until(lambda: app.state.hub.parked[queue_id] >= 1)
     writer.close()
     await writer.wait_closed()
     # The server notices the disconnect and stops waiting...
-    async with asyncio.timeout(10):
-        while app.state.hub.parked[queue_id] > 0:
-            await asyncio.sleep(0.005)
+    await wait_until(lambda: app.state.hub.parked[queue_id] == 0)
     # ...so a message sent now is not claimed for the gone client.
     async with httpx.AsyncClient(base_url=base) as http:
         sent = await http.post("/v1/queues/q/messages", json={"body": "for a live worker"})

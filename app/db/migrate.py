@@ -10,8 +10,11 @@ from alembic import command
 
 
 def _script_location() -> Path:
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "alembic", here / "_alembic"):
+    package = Path(__file__).resolve().parent.parent
+    # Installed: the wheel ships the migrations as app/_alembic. From a source
+    # checkout: the repository's alembic/ beside the package. (Installed, the
+    # directory beside the package is site-packages/alembic: the library.)
+    for candidate in (package / "_alembic", package.parent / "alembic"):
         if (candidate / "env.py").exists():
             return candidate
     raise RuntimeError("alembic migrations not found next to the app package")
