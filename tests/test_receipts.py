@@ -1,0 +1,65 @@
+"""Receipt handles: opaque, URL-safe, signed; anything else never reaches SQL."""
+
+from __future__ import annotations
+
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.errors import InvalidReceiptHandle
+from app.queue.receipts import Receipt, ReceiptSigner
+
+SECRET = b"0123456789abcdef0123"
+RECEIPT = Receipt(queue_id=7, message_row=123456789, claim_token=uuid.uuid4())
+
+
+def test_round_trip_and_url_safety() -> None:
+    signer = ReceiptSigner(SECRET)
+    handle = signer.encode(RECEIPT)
+    assert handle.replace("-", "").replace("_", "").isalnum()
+    assert signer.decode(handle, queue_id=7) == RECEIPT
+
+
+def test_every_single_character_change_is_rejected() -> None:
+    signer = ReceiptSigner(SECRET)
+    handle = signer.encode(RECEIPT)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    for position in range(len(handle)):
+        for replacement in alphabet:
+            if replacement == handle[position]:
+                continue
+            forged = handle[:position] + replacement + handle[position + 1 :]
+            with pytest.raises(InvalidReceiptHandle):
+                signer.decode(forged, queue_id=7)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["", "x", "not a handle", "AAAA", "%00", "a" * 5000, "é" * 60, "AQ==", "\x00" * 66],
+)
+def test_garbage_is_rejected(garbage: str) -> None:
+    with pytest.raises(InvalidReceiptHandle):
+        ReceiptSigner(SECRET).decode(garbage, queue_id=7)
+
+
+def test_another_secret_or_queue_is_rejected() -> None:
+    handle = ReceiptSigner(SECRET).encode(RECEIPT)
+    with pytest.raises(InvalidReceiptHandle):
+        ReceiptSigner(b"another secret of enough length").decode(handle, queue_id=7)
+    with pytest.raises(InvalidReceiptHandle):
+        ReceiptSigner(SECRET).decode(handle, queue_id=8)
+
+
+def test_secret_is_generated_once_and_kept_in_the_data_dir(tmp_path: Path) -> None:
+    first = Settings(data_dir=tmp_path).receipt_secret()
+    again = Settings(data_dir=tmp_path).receipt_secret()
+    assert first == again and len(first) >= 32
+    path = tmp_path / "receipt-secret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["receipt-secret"]
+    # A configured secret wins over the file.
+    configured = Settings(data_dir=tmp_path, secret="configured-secret-value")
+    assert configured.receipt_secret() == b"configured-secret-value"
