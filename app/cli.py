@@ -12,6 +12,7 @@ from types import FrameType
 
 from app import __version__
 from app.config import Settings
+from app.errors import EmbeddedPostgresError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
         args = _parser().parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
-    return _serve(args)
+    try:
+        return _serve(args)
+    except EmbeddedPostgresError as exc:
+        # An operator's problem (data directory in use, server will not start):
+        # one clear line, not a traceback.
+        print(f"leaseq serve: {exc}", file=sys.stderr)
+        return 1
 
 
 def _settings(**overrides: object) -> Settings:
@@ -65,10 +72,6 @@ def _migrate() -> int:
     return 0
 
 
-def _raise_exit(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
 def _serve(args: argparse.Namespace) -> int:
     from app.db.embedded import EmbeddedPostgres
     from app.db.migrate import upgrade
@@ -78,9 +81,11 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     log = logging.getLogger("leaseq")
-    # Until uvicorn takes the signals over, SIGTERM still unwinds through
-    # `finally`, so an embedded server started here is stopped.
-    signal.signal(signal.SIGTERM, _raise_exit)
+    # SIGTERM is a requested stop, handled like Ctrl-C: it unwinds through
+    # `finally` (stopping an embedded server started here) and exits 0. It must
+    # not raise SystemExit(143): uvicorn re-raises the signal it captured after
+    # its graceful shutdown, so that would turn every clean stop into exit 143.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     embedded: EmbeddedPostgres | None = None
     try:
         if settings.database_url is None:

@@ -149,7 +149,21 @@ class EmbeddedPostgres:
         return self.dsn()
 
     def stop(self) -> None:
-        """Stop the server in the data directory, whoever started it."""
+        """Stop the server in the data directory, whoever started it, unless
+        another live process holds the data directory."""
+        if self._lock_file is None:
+            # Not holding the lock: start() failed or never ran. Take it first;
+            # if another leaseq process owns the directory (start() refused with
+            # "in use"), its server must be left alone, or a second `leaseq
+            # serve` would stop the database under the first one as it exits.
+            try:
+                self._take_lock()
+            except EmbeddedPostgresError:
+                _log.info("not stopping PostgreSQL in %s: owned by another process",
+                          self.pgdata)
+                return
+            except OSError:
+                return  # no data directory (start() failed early): nothing runs there
         try:
             info = _read_pid_file(self.pgdata)
             if info is not None and _is_live_postmaster(info.pid, self.pgdata):

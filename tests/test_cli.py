@@ -1,0 +1,153 @@
+"""The `leaseq` command as an operator runs it: real processes, real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from alembic.script import ScriptDirectory
+from processes import (
+    LEASEQ,
+    Service,
+    ServiceProcesses,
+    postgres_processes,
+    run_cli,
+    service_env,
+)
+from sqlalchemy.engine import make_url
+
+from app.db.engine import plain_url
+from app.db.migrate import alembic_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
+    with ServiceProcesses(tmp_path) as started:
+        yield started
+
+
+def round_trip(service: Service, queue: str = "cli") -> str:
+    """Readiness, then create, send and receive: the service really works."""
+    with service.client() as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        created = client.post("/v1/queues", json={"name": queue})
+        assert created.status_code == 201, created.text
+        sent = client.post(f"/v1/queues/{queue}/messages", json={"body": "hi"})
+        assert sent.status_code == 201, sent.text
+        received = client.get(f"/v1/queues/{queue}/receive", params={"wait": 0})
+        assert received.status_code == 200, received.text
+        (message,) = received.json()["messages"]
+        assert message["body"] == "hi"
+        message_id: str = sent.json()["message_id"]
+        assert message["message_id"] == message_id
+        return message_id
+
+
+def test_serve_with_host_port_and_data_dir(services: ServiceProcesses, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    service = services.start(data_dir)  # leaseq serve --host 127.0.0.1 --port P --data-dir D
+    service.wait_healthy()
+    round_trip(service)
+    assert (data_dir / "pgdata" / "PG_VERSION").exists()
+    assert service.stop() == 0, service.log()
+    assert not postgres_processes(data_dir)
+
+
+def test_python_dash_m_app_serves(services: ServiceProcesses, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    service = services.start(data_dir, command=[sys.executable, "-m", "app"], cwd=tmp_path)
+    service.wait_healthy()
+    round_trip(service)
+    assert service.stop() == 0, service.log()
+    assert not postgres_processes(data_dir)
+
+
+async def _fetch_message_ids(url: str, queue: str) -> list[str]:
+    conn = await asyncpg.connect(plain_url(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT m.message_id::text AS id FROM messages m JOIN queues q ON q.id = m.queue_id"
+            " WHERE q.name = $1",
+            queue,
+        )
+    finally:
+        await conn.close()
+    return [row["id"] for row in rows]
+
+
+def test_serve_with_database_url_uses_it_and_starts_no_embedded_server(
+    services: ServiceProcesses, tmp_path: Path, database_url: str
+) -> None:
+    data_dir = tmp_path / "data"
+    service = services.start(data_dir, database_url=database_url)
+    service.wait_healthy()
+    message_id = round_trip(service, queue="external")
+    # The message is in the database DATABASE_URL names...
+    assert asyncio.run(_fetch_message_ids(database_url, "external")) == [message_id]
+    # ...and no embedded server was set up or started.
+    assert not (data_dir / "pgdata").exists()
+    assert service.stop() == 0, service.log()
+
+
+async def _admin(url: str, statement: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _schema(url: str) -> tuple[set[str], list[str]]:
+    conn = await asyncpg.connect(url)
+    try:
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+        versions = await conn.fetch("SELECT version_num FROM alembic_version")
+    finally:
+        await conn.close()
+    return {row["table_name"] for row in tables}, [row["version_num"] for row in versions]
+
+
+def test_migrate_applies_migrations_to_an_empty_database(server_url: str) -> None:
+    name = f"leaseq_migrate_{uuid.uuid4().hex[:10]}"
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    try:
+        head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+        for attempt in ("first", "again"):  # a second run is a no-op, not an error
+            result = run_cli("migrate", env=service_env(database_url=url))
+            assert result.returncode == 0, f"{attempt}: {result.stdout}{result.stderr}"
+            tables, versions = asyncio.run(_schema(url))
+            assert {"queues", "messages", "alembic_version"} <= tables
+            assert versions == [head]
+    finally:
+        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_migrate_without_database_url_exits_2() -> None:
+    result = run_cli("migrate", env=service_env())
+    assert result.returncode == 2
+    assert "DATABASE_URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [(LEASEQ,), (sys.executable, "-m", "app")], ids=["leaseq", "python-m-app"]
+)
+def test_help(command: tuple[str, ...]) -> None:
+    top = run_cli("--help", command=command)
+    assert top.returncode == 0, top.stderr
+    assert "serve" in top.stdout and "migrate" in top.stdout
+    serve = run_cli("serve", "--help", command=command)
+    assert serve.returncode == 0, serve.stderr
+    for option in ("--host", "--port", "--data-dir"):
+        assert option in serve.stdout
