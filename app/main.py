@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
@@ -22,8 +23,14 @@ from app.queue.service import QueueService
 from app.queue.waiting import Listener, WaitHub
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _BodyTooLarge(StarletteHTTPException):
+    # An HTTPException, not a plain Exception: FastAPI turns any other exception
+    # raised while it reads the body into "400 There was an error parsing the
+    # body", so a chunked body over the limit (no Content-Length to refuse up
+    # front) answered 400 `http_error` instead of 413 `request_too_large`.
+    # FastAPI re-raises HTTPExceptions untouched; problems.install maps 413.
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"The request body is larger than {max_bytes} bytes.")
 
 
 class LimitBodyAndCount:
@@ -53,7 +60,7 @@ class LimitBodyAndCount:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise _BodyTooLarge(self.max_bytes)
             return message
 
         async def counting_send(message: Message) -> None:
@@ -124,11 +131,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="A durable lease-based message queue on PostgreSQL with SQS semantics.",
         lifespan=lifespan,
-        responses=problems.responses(422, 500),
+        # 413: the body limit below applies to every route.
+        responses=problems.responses(413, 422, 500),
     )
     counts: Counter[tuple[str, str, int]] = Counter()
     app.state.request_counts = counts
     problems.install(app)
+    problems.install_openapi(app)
     app.include_router(queues.router)
     app.include_router(messages.router)
     app.include_router(health.router)

@@ -111,8 +111,20 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem(exc.status_code, code, str(exc.detail))
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI answers only json.JSONDecodeError with 422; JSON it cannot
+            # decode for other reasons (nested deeper than the recursion limit,
+            # an integer over Python's 4300 digits, bytes that are not UTF-8)
+            # came out as an undocumented "400 http_error". Unparseable JSON is
+            # one case: 422 validation_error, whatever the parser tripped on.
+            return problem(422, "validation_error",
+                           f"The request body is not valid JSON: {exc.__cause__}"[:300])
+        code = {404: "not_found", 405: "method_not_allowed",
+                413: "request_too_large"}.get(exc.status_code, "http_error")
+        response = problem(exc.status_code, code, str(exc.detail))
+        # Keep the exception's headers: a 405 must say `Allow` (RFC 9110 15.5.6).
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
@@ -126,3 +138,30 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         status: {"model": Problem, "content": {MEDIA_TYPE: {}}, "description": _TITLES[status]}
         for status in statuses
     }
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Documents the problem responses under application/problem+json.
+
+    FastAPI puts an additional response's `model` schema under the route's
+    media type (application/json) and leaves the `content` given for
+    application/problem+json empty, so the document promised JSON bodies the
+    API never sends. Move the schema to where the responses really are.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            for item in schema.get("paths", {}).values():
+                for operation in item.values():
+                    if not isinstance(operation, dict):
+                        continue
+                    for response in operation.get("responses", {}).values():
+                        content = response.get("content", {})
+                        if MEDIA_TYPE in content and "application/json" in content:
+                            content[MEDIA_TYPE] = content.pop("application/json")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -60,6 +60,12 @@ class ReceiptSigner:
             raise InvalidReceiptHandle() from None
         if len(raw) != _LAYOUT.size + _TAG_BYTES:
             raise InvalidReceiptHandle()
+        # The last character of a handle carries 4 bits that decoding drops,
+        # so 16 spellings decoded to the same bytes: a handle with its last
+        # character changed still verified (and deleted the message). Only
+        # the one spelling encode() produces is a handle.
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != handle:
+            raise InvalidReceiptHandle()
         payload, tag = raw[: _LAYOUT.size], raw[_LAYOUT.size :]
         if not hmac.compare_digest(tag, self._tag(payload)):
             raise InvalidReceiptHandle()

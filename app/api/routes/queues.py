@@ -17,6 +17,8 @@ from app.api.schemas import (
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
+_NAME_CHARS = r"^[A-Za-z0-9_-]*$"
+
 
 @router.post(
     "",
@@ -34,8 +36,12 @@ async def create_queue(body: QueueCreate, service: ServiceDep, response: Respons
 @router.get("", responses=responses(422, 503))
 async def list_queues(
     service: ServiceDep,
-    prefix: str = Query("", max_length=80),
-    after: str = Query("", max_length=80, description="Last name of the previous page."),
+    # Only queue-name characters: these go to PostgreSQL as text, and a NUL
+    # (`?prefix=%00`) made it raise "invalid byte sequence": a 500.
+    prefix: str = Query("", max_length=80, pattern=_NAME_CHARS),
+    after: str = Query(
+        "", max_length=80, pattern=_NAME_CHARS, description="Last name of the previous page."
+    ),
     limit: int = Query(1000, ge=1, le=1000),
 ) -> QueueList:
     queues = await service.list_queues(prefix=prefix, after=after, limit=limit)
