@@ -69,7 +69,8 @@ WHERE queue_id = :queue_id
   AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
 
 -- name: send_messages
--- Inserts a batch in input order and notifies waiting receivers on commit.
+-- Inserts a batch in input order; :notice (see app/queue/waiting.py) wakes
+-- waiting receivers once the transaction commits.
 WITH sent AS (
     INSERT INTO messages (queue_id, body, attributes, visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb),
@@ -79,8 +80,7 @@ WITH sent AS (
     ORDER BY m.ord
     RETURNING id, message_id, sent_at
 )
-SELECT sent.message_id, sent.sent_at,
-       pg_notify('leaseq', CAST(CAST(:queue_id AS bigint) AS text)) AS notified
+SELECT sent.message_id, sent.sent_at, pg_notify('leaseq', :notice) AS notified
 FROM sent
 ORDER BY sent.id;
 
@@ -111,29 +111,43 @@ RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
           m.receive_count, m.claim_token, m.fencing_token, m.visible_at AS lease_expires_at,
           m.sent_at, m.first_received_at, CAST(m.checkpoint AS text) AS checkpoint;
 
--- name: next_visible_in
--- Seconds until the queue's next message becomes claimable (a delay ending
--- or a lease expiring), by the database clock; NULL when none is pending.
-SELECT extract(epoch FROM min(visible_at) - statement_timestamp()) AS seconds
-FROM messages
-WHERE queue_id = :queue_id
-  AND visible_at > statement_timestamp()
-  AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
+-- name: queue_outlook
+-- For waiting receivers, after a claim: whether more messages are claimable
+-- now, and the seconds (by the database clock) until the next one becomes
+-- claimable (a delay ending or a lease expiring; NULL when none is pending).
+SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
+        FROM messages
+        WHERE queue_id = :queue_id
+          AND visible_at > statement_timestamp()
+          AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+       ) AS due_in,
+       EXISTS (SELECT 1
+               FROM messages
+               WHERE queue_id = :queue_id
+                 AND visible_at <= statement_timestamp()
+                 AND sent_at > statement_timestamp()
+                               - CAST(:retention AS integer) * interval '1 second'
+       ) AS more_now;
 
 -- name: change_visibility
 -- Heartbeat or release, conditional on the claim: a row changes only while the
 -- handle's claim token is still the message's. A timeout of 0 releases it.
+-- Returns the previous deadline too, so a change that makes a message visible
+-- sooner can wake waiting receivers (an extension, the common case, does not).
 UPDATE messages AS m
 SET visible_at = statement_timestamp() + h.timeout * interval '1 second',
     leased     = h.timeout > 0
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:timeouts AS integer[]))
-     AS h(id, token, timeout)
+         AS h(id, token, timeout),
+     messages AS before
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
-RETURNING m.id, m.visible_at AS lease_expires_at, h.timeout;
+  AND before.id = m.id
+RETURNING m.id, m.visible_at AS lease_expires_at, h.timeout,
+          m.visible_at < before.visible_at AS sooner;
 
 -- name: notify_queue
--- Wakes receivers of a queue on commit (after a release).
-SELECT pg_notify('leaseq', CAST(CAST(:queue_id AS bigint) AS text));
+-- Wakes waiting receivers of a queue once the transaction commits.
+SELECT pg_notify('leaseq', :notice);
 
 -- name: delete_messages
 -- Acknowledgement, conditional on the claim.

@@ -11,6 +11,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -40,7 +41,7 @@ from app.queue.models import (
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.sql import Q
-from app.queue.waiting import WaitHub
+from app.queue.waiting import Waiter, WaitHub, payload
 
 _CONNECTION_ERRORS = (
     OSError,
@@ -50,6 +51,9 @@ _CONNECTION_ERRORS = (
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.InterfaceError,
+    # Connection set-up refused: a wrong database name or credentials.
+    asyncpg.exceptions.InvalidCatalogNameError,
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,
 )
 
 
@@ -81,6 +85,12 @@ def _queue_from_row(row: Any) -> Queue:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+@dataclass(frozen=True)
+class _Outlook:
+    due_in: float | None  # seconds until the next message becomes claimable
+    more_now: bool  # messages are claimable right now
 
 
 class QueueService:
@@ -186,10 +196,7 @@ class QueueService:
             row = (await conn.execute(Q.update_queue, {"name": name, **params})).one_or_none()
             if row is None:
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
-            queue = _queue_from_row(row)
-        # A shorter timeout or retention can change what waiters should expect.
-        self._hub.notify(queue.id)
-        return queue
+            return _queue_from_row(row)
 
     async def delete_queue(self, name: str) -> None:
         async with self._transaction() as conn:
@@ -198,7 +205,8 @@ class QueueService:
             row = (await conn.execute(Q.delete_queue, {"name": name})).one_or_none()
             if row is None:
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
-        self._hub.notify(row.id)
+        # Its receivers here need not wait out their time for nothing.
+        self._hub.wake(row.id, self._hub.parked(row.id))
 
     async def purge(self, name: str) -> int:
         async with self._transaction() as conn:
@@ -234,6 +242,14 @@ class QueueService:
                     results.append(None)  # filled in from the INSERT below
                     accepted.append((index, message))
             if accepted:
+                delays = [
+                    queue.attributes.delay if m.delay is None else m.delay for _, m in accepted
+                ]
+                notice = payload(
+                    queue.id,
+                    ready=sum(1 for d in delays if d == 0),
+                    due_in=min((d for d in delays if d > 0), default=None),
+                )
                 rows = (
                     await conn.execute(
                         Q.send_messages,
@@ -241,10 +257,8 @@ class QueueService:
                             "queue_id": queue.id,
                             "bodies": [m.body for _, m in accepted],
                             "attributes": [json.dumps(m.attributes) for _, m in accepted],
-                            "delays": [
-                                queue.attributes.delay if m.delay is None else m.delay
-                                for _, m in accepted
-                            ],
+                            "delays": delays,
+                            "notice": notice,
                         },
                     )
                 ).all()
@@ -253,13 +267,19 @@ class QueueService:
                         message_id=str(row.message_id), sent_at=row.sent_at
                     )
         if accepted:
-            self._hub.notify(queue.id)
+            self._notify_here(notice)
         return [result for result in results if result is not None]
 
+    def _notify_here(self, notice: str) -> None:
+        # The committed NOTIFY reaches this process's listener too; only while
+        # that is down must the local receivers be told directly.
+        if not self._hub.listening:
+            self._hub.on_notification(notice)
+
     async def _claim(
-        self, queue: Queue, max_messages: int, visibility_timeout: int
-    ) -> tuple[list[ReceivedMessage], float | None]:
-        """One claim; when it finds nothing, also the seconds until something is due."""
+        self, queue: Queue, max_messages: int, visibility_timeout: int, *, outlook: bool
+    ) -> tuple[list[ReceivedMessage], _Outlook | None]:
+        """One claim; with `outlook`, also what the queue holds next (for waiters)."""
         retention = queue.attributes.message_retention
         async with self._transaction() as conn:
             rows = (
@@ -273,13 +293,17 @@ class QueueService:
                     },
                 )
             ).all()
-            due_in: float | None = None
-            if not rows:
-                due_in = (
+            ahead: _Outlook | None = None
+            if outlook:
+                row = (
                     await conn.execute(
-                        Q.next_visible_in, {"queue_id": queue.id, "retention": retention}
+                        Q.queue_outlook, {"queue_id": queue.id, "retention": retention}
                     )
-                ).scalar_one()
+                ).one()
+                ahead = _Outlook(
+                    due_in=None if row.due_in is None else float(row.due_in),
+                    more_now=bool(row.more_now),
+                )
         received = [
             ReceivedMessage(
                 message_id=str(row.message_id),
@@ -298,7 +322,7 @@ class QueueService:
             )
             for row in sorted(rows, key=lambda r: r.fencing_token)
         ]
-        return received, None if due_in is None else float(due_in)
+        return received, ahead
 
     async def receive(
         self,
@@ -327,23 +351,45 @@ class QueueService:
         )
         wait_seconds = queue.attributes.receive_wait if wait is None else wait
         deadline = time.monotonic() + wait_seconds
-        while True:
-            if gone is not None and gone.is_set():
-                return []
-            wake = self._hub.event(queue.id)
-            received, due_in = await self._claim(queue, max_messages, lease)
-            remaining = deadline - time.monotonic()
-            if received or remaining <= 0 or self._hub.closed:
-                return received
-            timeout = remaining
-            for cap in (due_in, self._hub.recheck_cap()):
-                if cap is not None:
-                    timeout = min(timeout, max(cap, 0.001))
-            self._hub.parked[queue.id] += 1
-            try:
-                await _wait_any(wake, gone, timeout)
-            finally:
-                self._hub.parked[queue.id] -= 1
+        hub = self._hub
+        waiter: Waiter | None = None
+        try:
+            while True:
+                if gone is not None and gone.is_set():
+                    return []
+                if waiter is not None:
+                    hub.leave(waiter, used=True)  # woken: we are looking now
+                    waiter = None
+                if wait_seconds > 0 and not hub.closed:
+                    waiter = hub.park(queue.id)
+                if waiter is None:
+                    received, ahead = await self._claim(queue, max_messages, lease, outlook=False)
+                    return received
+                with hub.looking(waiter):
+                    received, ahead = await self._claim(queue, max_messages, lease, outlook=True)
+                if received:
+                    hub.leave(waiter, used=False)
+                    waiter = None
+                    if ahead is not None:
+                        # A full batch may have left more behind: wake the next
+                        # in line, unless others are already on their way.
+                        if ahead.more_now and len(received) == max_messages:
+                            if hub.on_the_way(queue.id) == 0:
+                                hub.wake(queue.id, 1)
+                        elif ahead.due_in is not None:
+                            hub.schedule(queue.id, ahead.due_in)
+                    return received
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                if ahead is not None and ahead.due_in is not None:
+                    hub.schedule(queue.id, ahead.due_in)
+                waiter.idle = True
+                await _wait_any(waiter.woken, gone, remaining)
+                waiter.idle = False
+        finally:
+            if waiter is not None:
+                hub.leave(waiter, used=False)
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -371,11 +417,18 @@ class QueueService:
                     },
                 )
                 changed = {row.id: row for row in rows}
-            released = any(row.timeout == 0 for row in changed.values())
-            if released:
-                await conn.execute(Q.notify_queue, {"queue_id": queue.id})
-        if released:
-            self._hub.notify(queue.id)
+            # Releases wake receivers now; a lease shortened (rare) sets their timer.
+            ready = sum(1 for row in changed.values() if row.timeout == 0)
+            due_in = min(
+                (row.timeout for row in changed.values() if row.sooner and row.timeout > 0),
+                default=None,
+            )
+            notice = None
+            if ready or due_in is not None:
+                notice = payload(queue.id, ready=ready, due_in=due_in)
+                await conn.execute(Q.notify_queue, {"notice": notice})
+        if notice is not None:
+            self._notify_here(notice)
         results: list[Lease | EntryError] = []
         for receipt, (_, timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
@@ -450,13 +503,17 @@ class QueueService:
                 return total
 
 
-async def _wait_any(wake: asyncio.Event, gone: asyncio.Event | None, seconds: float) -> None:
-    """Until `wake` or `gone` is set, or `seconds` pass."""
-    waiters = [asyncio.ensure_future(wake.wait())]
+async def _wait_any(
+    woken: asyncio.Future[None], gone: asyncio.Event | None, seconds: float
+) -> None:
+    """Until `woken` resolves, `gone` is set, or `seconds` pass."""
+    watched: list[asyncio.Future[Any]] = [woken]
+    gone_wait = None
     if gone is not None:
-        waiters.append(asyncio.ensure_future(gone.wait()))
+        gone_wait = asyncio.ensure_future(gone.wait())
+        watched.append(gone_wait)
     try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(watched, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for waiter in waiters:
-            waiter.cancel()
+        if gone_wait is not None:
+            gone_wait.cancel()

@@ -1,14 +1,22 @@
 """Waking long-polling receivers without holding database connections.
 
-Receivers park on an in-process event per queue. Events are set by:
-- a notification on the `leaseq` channel, which every send and release issues
-  in its own transaction (so it arrives only after commit, from any process);
-- the receiver's own timer, set to the moment the queue's next delayed message
-  or lease becomes visible, as computed by PostgreSQL.
-One dedicated LISTEN connection per process feeds the events. While it is down
-the receivers fall back to re-checking once a second, and when it comes back
-every receiver re-checks once, so a notification lost in between costs at most
-one round.
+Receivers park in a first-in-first-out line per queue, holding no connection.
+They are woken by:
+- notifications on the `leaseq` channel, issued in the transaction of every
+  send and release (PostgreSQL delivers them on commit, to every service
+  process). A payload `queue_id:ready:due` says how many messages became
+  visible now, and in how many seconds (if any) the next delayed one will be;
+- a timer per queue, set to the moment its next delayed message or lease
+  becomes visible, as PostgreSQL computed it after an empty claim.
+
+No thundering herd: a notification for n messages wakes the n longest-waiting
+receivers, a timer wakes one. A woken receiver that takes a full batch passes
+the wake-up on (there may be more); one that leaves without claiming (client
+gone, time up) hands its wake-up to the next in line, so none is lost.
+
+One LISTEN connection per process feeds the line. While it is down, one
+receiver per queue re-checks each second; when it is back, every receiver
+re-checks once, so a notification lost in between costs at most one round.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -28,44 +38,182 @@ CHANNEL = "leaseq"
 DEGRADED_RECHECK_SECONDS = 1.0
 
 
+def payload(queue_id: int, ready: int, due_in: float | None = None) -> str:
+    """A notification: `ready` messages of `queue_id` are visible now, and the next
+    delayed one (if any) is due in `due_in` seconds."""
+    return f"{queue_id}:{ready}:{'' if due_in is None else f'{due_in:.3f}'}"
+
+
+class Waiter:
+    """One receiver in line. `woken` resolves when it should look again;
+    `idle` is true while it waits (rather than looks) and holds no connection."""
+
+    __slots__ = ("idle", "queue_id", "woken")
+
+    def __init__(self, queue_id: int, woken: asyncio.Future[None]) -> None:
+        self.queue_id = queue_id
+        self.woken = woken
+        self.idle = False
+
+
+@dataclass
+class _Line:
+    waiters: deque[Waiter] = field(default_factory=deque)
+    timer: asyncio.TimerHandle | None = None
+    looking: int = 0  # receivers of this line inside a claim right now
+
+
 class WaitHub:
-    """Per-queue wake-up events for the receivers of this process."""
+    """The waiting receivers of this process, per queue."""
 
     def __init__(self) -> None:
-        self._events: dict[int, asyncio.Event] = {}
-        self.parked: Counter[int] = Counter()
-        """Receivers waiting right now, per queue id."""
-        self.listening = False
+        self._lines: dict[int, _Line] = {}
+        self._listening = False
+        self._degraded_task: asyncio.Task[None] | None = None
         self.closed = False
+        self.wakeups = 0
+        """Wake-ups delivered so far (a herd shows here first)."""
 
-    def event(self, queue_id: int) -> asyncio.Event:
-        """The event the next notification for `queue_id` will set.
+    # -- receivers ------------------------------------------------------------
 
-        Take it *before* looking for messages: a send that commits between the
-        look and the wait then still wakes the receiver.
-        """
-        event = self._events.get(queue_id)
-        if event is None:
-            event = self._events[queue_id] = asyncio.Event()
-        return event
+    def park(self, queue_id: int) -> Waiter:
+        """Join the line. Do it *before* looking for messages: a send that
+        commits between the look and the wait then still wakes this waiter."""
+        waiter = Waiter(queue_id, asyncio.get_running_loop().create_future())
+        self._lines.setdefault(queue_id, _Line()).waiters.append(waiter)
+        return waiter
 
-    def notify(self, queue_id: int) -> None:
-        event = self._events.pop(queue_id, None)
-        if event is not None:
-            event.set()
+    def leave(self, waiter: Waiter, *, used: bool) -> None:
+        """Leave the line. A woken waiter that did not use its wake-up (it found
+        the client gone or its time up) passes it on."""
+        line = self._lines.get(waiter.queue_id)
+        if line is not None:
+            with contextlib.suppress(ValueError):
+                line.waiters.remove(waiter)
+        if waiter.woken.done():
+            if not used:
+                self.wake(waiter.queue_id, 1)
+        else:
+            waiter.woken.cancel()
+        self._forget_if_idle(waiter.queue_id)
 
-    def notify_all(self) -> None:
-        events, self._events = self._events, {}
-        for event in events.values():
-            event.set()
+    @contextlib.contextmanager
+    def looking(self, waiter: Waiter) -> Iterator[None]:
+        """Marks a claim in progress by a receiver in line."""
+        line = self._lines[waiter.queue_id]
+        line.looking += 1
+        try:
+            yield
+        finally:
+            line.looking -= 1
+
+    def on_the_way(self, queue_id: int) -> int:
+        """Receivers already woken or already looking: they will take what is
+        visible, so nobody else need be woken for it."""
+        line = self._lines.get(queue_id)
+        if line is None:
+            return 0
+        return line.looking + sum(1 for w in line.waiters if w.woken.done())
+
+    def parked(self, queue_id: int | None = None) -> int:
+        """Receivers idly waiting right now, on `queue_id` or on any queue."""
+        lines = self._lines.values() if queue_id is None else [self._lines.get(queue_id)]
+        return sum(
+            1 for line in lines if line is not None
+            for w in line.waiters if w.idle and not w.woken.done()
+        )
+
+    # -- wake-ups ---------------------------------------------------------------
+
+    def wake(self, queue_id: int, count: int) -> None:
+        """Wake the `count` longest-waiting receivers of a queue."""
+        line = self._lines.get(queue_id)
+        if line is None:
+            return
+        for waiter in line.waiters:
+            if count <= 0:
+                break
+            if not waiter.woken.done():
+                waiter.woken.set_result(None)
+                self.wakeups += 1
+                count -= 1
+
+    def wake_all(self) -> None:
+        for queue_id in list(self._lines):
+            self.wake(queue_id, len(self._lines[queue_id].waiters))
+
+    def schedule(self, queue_id: int, seconds: float) -> None:
+        """Wake one receiver of the queue `seconds` from now, unless a wake-up
+        is already due sooner."""
+        line = self._lines.get(queue_id)
+        if line is None or not line.waiters:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(seconds, 0.0)
+        if line.timer is not None:
+            if line.timer.when() <= when:
+                return
+            line.timer.cancel()
+        line.timer = loop.call_at(when, self._timer_fired, queue_id)
+
+    def _timer_fired(self, queue_id: int) -> None:
+        line = self._lines.get(queue_id)
+        if line is not None:
+            line.timer = None
+            self.wake(queue_id, 1)
+
+    def _forget_if_idle(self, queue_id: int) -> None:
+        line = self._lines.get(queue_id)
+        if line is not None and not line.waiters:
+            if line.timer is not None:
+                line.timer.cancel()
+            del self._lines[queue_id]
+
+    def on_notification(self, text: str) -> None:
+        try:
+            queue_part, ready_part, due_part = text.split(":")
+            queue_id, ready = int(queue_part), int(ready_part)
+            due_in = float(due_part) if due_part else None
+        except ValueError:
+            _log.warning("ignoring malformed notification %r", text)
+            return
+        if ready > 0:
+            self.wake(queue_id, ready)
+        if due_in is not None:
+            self.schedule(queue_id, due_in)
+
+    # -- listener state ---------------------------------------------------------
+
+    @property
+    def listening(self) -> bool:
+        return self._listening
+
+    def set_listening(self, listening: bool) -> None:
+        if listening == self._listening:
+            return
+        self._listening = listening
+        if listening:
+            if self._degraded_task is not None:
+                self._degraded_task.cancel()
+                self._degraded_task = None
+        elif not self.closed:
+            self._degraded_task = asyncio.create_task(self._recheck_while_deaf())
+        # Either way, anything may have happened unheard: everyone looks again.
+        self.wake_all()
+
+    async def _recheck_while_deaf(self) -> None:
+        while True:
+            await asyncio.sleep(DEGRADED_RECHECK_SECONDS)
+            for queue_id in list(self._lines):
+                self.wake(queue_id, 1)
 
     def close(self) -> None:
         """Shutting down: wake everyone, and let nobody wait again."""
         self.closed = True
-        self.notify_all()
-
-    def recheck_cap(self) -> float | None:
-        return None if self.listening else DEGRADED_RECHECK_SECONDS
+        if self._degraded_task is not None:
+            self._degraded_task.cancel()
+            self._degraded_task = None
+        self.wake_all()
 
 
 class Listener:
@@ -97,10 +245,8 @@ class Listener:
                 )
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notify)
-                self._hub.listening = True
+                self._hub.set_listening(True)
                 self.connected.set()
-                # Anything sent while we were not listening: look again.
-                self._hub.notify_all()
                 backoff = 0.1
                 await lost.wait()
                 _log.warning("listener connection lost; reconnecting")
@@ -109,16 +255,12 @@ class Listener:
             except Exception as exc:
                 _log.warning("listener cannot connect (%s); retrying in %.1fs", exc, backoff)
             finally:
-                self._hub.listening = False
                 self.connected.clear()
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
-            self._hub.notify_all()
+            self._hub.set_listening(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        try:
-            self._hub.notify(int(payload))
-        except ValueError:
-            _log.warning("ignoring malformed notification %r", payload)
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, text: str) -> None:
+        self._hub.on_notification(text)

@@ -26,9 +26,17 @@ async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> str:
-    """Prometheus text format: request counts by route and status."""
+    """Prometheus text format: request counts by route and status, long-poll waiters."""
     counts: dict[tuple[str, str, int], int] = request.app.state.request_counts
+    hub = request.app.state.hub
     lines = [
+        "# HELP leaseq_waiting_receivers Long-polling receivers waiting now.",
+        "# TYPE leaseq_waiting_receivers gauge",
+        f"leaseq_waiting_receivers {hub.parked()}",
+        "# HELP leaseq_wakeups_total Wake-ups delivered to waiting receivers.",
+        "# TYPE leaseq_wakeups_total counter",
+        f"leaseq_wakeups_total {hub.wakeups}",
+
         "# HELP leaseq_http_requests_total HTTP requests answered, by route and status.",
         "# TYPE leaseq_http_requests_total counter",
     ]

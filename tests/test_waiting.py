@@ -1,0 +1,90 @@
+"""The wait line itself: first in, first woken; no wake-up is lost or multiplied."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.queue.waiting import WaitHub, payload
+
+
+def woken(hub: WaitHub, *waiters: object) -> list[bool]:
+    return [w.woken.done() for w in waiters]  # type: ignore[attr-defined]
+
+
+async def test_a_wake_for_n_messages_wakes_the_n_longest_waiting() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a, b, c = hub.park(1), hub.park(1), hub.park(1)
+    other = hub.park(2)
+    for waiter in (a, b, c, other):
+        waiter.idle = True
+    hub.on_notification(payload(1, ready=2))
+    assert woken(hub, a, b, c, other) == [True, True, False, False]
+    assert hub.parked(1) == 1 and hub.parked() == 2
+    assert hub.wakeups == 2
+
+
+async def test_an_unused_wake_up_passes_to_the_next_in_line() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a, b = hub.park(1), hub.park(1)
+    hub.wake(1, 1)
+    hub.leave(a, used=False)  # e.g. its client went away
+    assert woken(hub, b) == [True]
+    hub.leave(b, used=True)
+    assert hub.parked() == 0
+
+
+async def test_a_used_wake_up_is_not_passed_on() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a, b = hub.park(1), hub.park(1)
+    hub.wake(1, 1)
+    hub.leave(a, used=True)
+    assert woken(hub, b) == [False]
+
+
+async def test_a_timer_wakes_one_at_the_earliest_due_time() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a, b = hub.park(1), hub.park(1)
+    hub.schedule(1, 30)
+    hub.schedule(1, 0.05)  # sooner wins
+    hub.schedule(1, 10)  # later is ignored
+    async with asyncio.timeout(5):
+        await a.woken
+    assert woken(hub, b) == [False]
+
+
+async def test_notification_with_a_due_time_sets_the_timer() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a = hub.park(7)
+    hub.on_notification(payload(7, ready=0, due_in=0.05))
+    assert not a.woken.done()
+    async with asyncio.timeout(5):
+        await a.woken
+
+
+async def test_malformed_notifications_are_ignored() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a = hub.park(1)
+    for text in ("", "1", "x:y:z", "1:2", "1:a:"):
+        hub.on_notification(text)
+    assert not a.woken.done()
+
+
+async def test_losing_the_listener_wakes_everyone_and_then_one_per_second() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    a = hub.park(1)
+    hub.set_listening(False)
+    assert a.woken.done()  # look again: something may have been missed
+    hub.leave(a, used=True)
+    b, c = hub.park(1), hub.park(1)
+    async with asyncio.timeout(5):
+        await b.woken
+    assert not c.woken.done()
+    hub.close()
+    assert c.woken.done() and hub.closed
