@@ -1,18 +1,26 @@
-"""The `leaseq` command: serve, migrate."""
+"""The `leaseq` command: serve, migrate, worker.
+
+Server modules are imported inside the commands that need them: `leaseq worker`
+loads only `app.worker` (and httpx), never FastAPI, SQLAlchemy or asyncpg.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config import Settings
-from app.errors import EmbeddedPostgresError
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,15 +42,66 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
 
     commands.add_parser("migrate", help="apply the database migrations to DATABASE_URL")
+    _worker_parser(commands)
     return parser
+
+
+def _worker_parser(commands: Any) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="run a handler for the messages of a queue (see docs/workers.md)",
+        description="Receive messages from a leaseq service and run HANDLER (module:function, "
+        "a sync or async function taking (message, ctx)) for each, with heartbeats and a "
+        "watchdog that cancels the handler when its lease is lost. SIGTERM or SIGINT stops "
+        "receiving and lets in-flight handlers finish within the grace period.",
+    )
+    worker.add_argument("handler", metavar="module:function", help="the handler to run")
+    worker.add_argument("--queue", required=True, help="queue to receive from")
+    worker.add_argument("--concurrency", type=int, default=1, help="handlers at once (1)")
+    worker.add_argument(
+        "--url", help="the service (LEASEQ_URL, default http://127.0.0.1:8000)"
+    )
+    worker.add_argument(
+        "--lease", type=int, help="seconds per lease and per extension (the queue's timeout)"
+    )
+    worker.add_argument(
+        "--heartbeat-period", type=float, help="seconds between heartbeats (lease / 3)"
+    )
+    worker.add_argument(
+        "--heartbeat", choices=["auto", "task", "thread"], default="auto",
+        help="where heartbeats run: an asyncio task, or a thread of their own "
+        "(auto: task for async handlers, thread for sync ones)",
+    )
+    worker.add_argument("--wait", type=int, default=20, help="long-poll seconds, 0-20 (20)")
+    worker.add_argument(
+        "--grace", type=float, default=30.0, help="seconds in-flight handlers get at shutdown"
+    )
+    worker.add_argument(
+        "--retry-delay", type=float, default=0.0,
+        help="seconds before a failed message is retried, first time (0: at once)",
+    )
+    worker.add_argument(
+        "--retry-multiplier", type=float, default=2.0, help="retry delay growth per attempt"
+    )
+    worker.add_argument("--retry-max", type=float, default=900.0, help="longest retry delay")
+    worker.add_argument(
+        "--app-dir", default=".", help="directory put first on sys.path to import from (.)"
+    )
+    worker.add_argument(
+        "--log-level", default=os.environ.get("LEASEQ_LOG_LEVEL", "info"), help="log level"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "migrate":
         return _migrate()
+    if args.command == "worker":
+        return _worker(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
         args = _parser().parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
+    from app.errors import EmbeddedPostgresError
+
     try:
         return _serve(args)
     except EmbeddedPostgresError as exc:
@@ -53,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _settings(**overrides: object) -> Settings:
+    from app.config import Settings
+
     # Overrides go into the environment too: uvicorn worker processes and
     # Alembic read their settings from there.
     for key, value in overrides.items():
@@ -62,6 +123,7 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _migrate() -> int:
+    from app.config import Settings
     from app.db.migrate import upgrade
 
     settings = Settings()
@@ -73,6 +135,7 @@ def _migrate() -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from app.config import Settings
     from app.db.embedded import EmbeddedPostgres
     from app.db.migrate import upgrade
 
@@ -135,3 +198,60 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
             super().handle_exit(sig, frame)
 
     _Server(uvicorn.Config(app, **common)).run()  # type: ignore[arg-type]
+
+
+def load_handler(spec: str, app_dir: str = ".") -> Callable[..., Any]:
+    """`module:function` (the function may be a dotted attribute path), imported
+    with `app_dir` first on sys.path."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{spec!r} is not module:function")
+    path = str(Path(app_dir).resolve())
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    handler: Callable[..., Any] = target
+    return handler
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from app.worker import Backoff, ClientError, Worker
+
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        handler = load_handler(args.handler, args.app_dir)
+    except (ImportError, AttributeError, ValueError) as exc:
+        print(f"leaseq worker: cannot load {args.handler}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        worker = Worker(
+            handler,
+            queue=args.queue,
+            url=args.url,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            heartbeat_period=args.heartbeat_period,
+            heartbeat=args.heartbeat,
+            wait=args.wait,
+            grace=args.grace,
+            backoff=Backoff(
+                initial=args.retry_delay, multiplier=args.retry_multiplier,
+                maximum=args.retry_max,
+            ),
+        )
+    except ValueError as exc:
+        print(f"leaseq worker: {exc}", file=sys.stderr)
+        return 2
+    try:
+        worker.run()
+    except ClientError as exc:
+        print(f"leaseq worker: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,58 @@
+"""The worker SDK of leaseq: REST clients and a `Worker` with a heartbeat watchdog.
+
+It talks to the service over HTTP only and depends on nothing but httpx and the
+standard library: importing it loads none of the server's modules.
+See docs/workers.md.
+"""
+
+from app.worker.backoff import Backoff
+from app.worker.client import AsyncClient, Client, default_url
+from app.worker.context import AsyncContext, Context
+from app.worker.errors import (
+    ApiError,
+    CancelReason,
+    ClientError,
+    HandlerCancelled,
+    InvalidReceiptHandle,
+    LeaseLost,
+    MessageTooLarge,
+    QueueAlreadyExists,
+    QueueNotFound,
+    RequestTooLarge,
+    ServiceUnavailable,
+    Unreachable,
+    ValidationError,
+)
+from app.worker.lease import LeaseClock
+from app.worker.models import Lease, Message, OutgoingMessage, Sent
+from app.worker.worker import Outcome, Worker, WorkerStats
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "AsyncContext",
+    "Backoff",
+    "CancelReason",
+    "Client",
+    "ClientError",
+    "Context",
+    "HandlerCancelled",
+    "InvalidReceiptHandle",
+    "Lease",
+    "LeaseClock",
+    "LeaseLost",
+    "Message",
+    "MessageTooLarge",
+    "Outcome",
+    "OutgoingMessage",
+    "QueueAlreadyExists",
+    "QueueNotFound",
+    "RequestTooLarge",
+    "Sent",
+    "ServiceUnavailable",
+    "Unreachable",
+    "ValidationError",
+    "Worker",
+    "WorkerStats",
+    "default_url",
+]

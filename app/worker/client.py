@@ -1,0 +1,421 @@
+"""REST clients of leaseq: `Client` (blocking) and `AsyncClient` (asyncio).
+
+Both build their requests with the same functions (`_calls`), so the two can only
+differ in how they wait. Every method raises from the `app.worker.errors` tree:
+`Unreachable` when the service did not answer, an `ApiError` subclass chosen by
+the problem's `code` when it answered with an error.
+
+    with Client("http://127.0.0.1:8000") as client:
+        client.create_queue("emails", visibility_timeout=30)
+        client.send("emails", '{"to": "ada@example.com"}')
+        for message in client.receive("emails", max=10, wait=20):
+            ...
+            client.delete("emails", message.receipt_handle)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from app.worker.errors import ApiError, Unreachable, api_error
+from app.worker.models import Lease, Message, OutgoingMessage, Sent
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+POLL_MARGIN = 10.0
+"""Seconds a long poll's read timeout exceeds its `wait`."""
+
+T = TypeVar("T")
+
+
+def default_url() -> str:
+    """`LEASEQ_URL`, else http://127.0.0.1:8000."""
+    return os.environ.get("LEASEQ_URL") or DEFAULT_URL
+
+
+# -- requests and how to read their answers ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: dict[str, Any] | None = None
+    json: Any = None
+    timeout: float | None = None  # None: the client's own
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _q(queue: str) -> str:
+    return f"/v1/queues/{_seg(queue)}"
+
+
+def _h(queue: str, handle: str) -> str:
+    return f"{_q(queue)}/messages/{_seg(handle)}"
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _none(_response: httpx.Response) -> None:
+    return None
+
+
+def _entry_error(result: dict[str, Any]) -> ApiError:
+    return api_error(
+        int(result.get("status", 0)), str(result.get("code", "")), str(result.get("detail", ""))
+    )
+
+
+def _batch(parse: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], list[T | ApiError]]:
+    def read(response: httpx.Response) -> list[T | ApiError]:
+        return [
+            parse(r) if r.get("ok") else _entry_error(r) for r in response.json()["results"]
+        ]
+
+    return read
+
+
+def _messages(response: httpx.Response) -> list[Message]:
+    return [Message.from_json(m) for m in response.json()["messages"]]
+
+
+def _lease(response: httpx.Response) -> Lease:
+    return Lease.from_json(response.json())
+
+
+class _calls:
+    @staticmethod
+    def create_queue(name: str, attributes: dict[str, int]) -> _Call[dict[str, Any]]:
+        return _Call("POST", "/v1/queues", _json, json={"name": name, **attributes})
+
+    @staticmethod
+    def get_queue(name: str) -> _Call[dict[str, Any]]:
+        return _Call("GET", _q(name), _json)
+
+    @staticmethod
+    def delete_queue(name: str) -> _Call[None]:
+        return _Call("DELETE", _q(name), _none)
+
+    @staticmethod
+    def purge(name: str) -> _Call[int]:
+        return _Call("POST", f"{_q(name)}/purge", lambda r: int(r.json()["purged"]))
+
+    @staticmethod
+    def send(
+        queue: str, body: str, delay: int | None, attributes: dict[str, str] | None
+    ) -> _Call[Sent]:
+        entry = OutgoingMessage(body, delay, dict(attributes or {})).to_json()
+        return _Call("POST", f"{_q(queue)}/messages", lambda r: Sent.from_json(r.json()),
+                     json=entry)
+
+    @staticmethod
+    def send_batch(
+        queue: str, messages: Iterable[OutgoingMessage | str]
+    ) -> _Call[list[Sent | ApiError]]:
+        entries = [
+            (m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_json()
+            for m in messages
+        ]
+        return _Call("POST", f"{_q(queue)}/messages", _batch(Sent.from_json),
+                     json={"messages": entries})
+
+    @staticmethod
+    def receive(
+        queue: str, max: int, visibility_timeout: int | None, wait: int | None,
+        timeout: float,
+    ) -> _Call[list[Message]]:
+        params: dict[str, Any] = {"max": max}
+        if visibility_timeout is not None:
+            params["visibility_timeout"] = visibility_timeout
+        if wait is not None:
+            params["wait"] = wait
+        # A long poll answers after up to `wait` seconds (the queue's receive_wait,
+        # at most 20, when not given): the read timeout must outlast it.
+        poll = float(wait if wait is not None else 20) + POLL_MARGIN
+        return _Call("GET", f"{_q(queue)}/receive", _messages, params=params,
+                     timeout=max_(timeout, poll))
+
+    @staticmethod
+    def extend(queue: str, handle: str, timeout: int) -> _Call[Lease]:
+        return _Call("PATCH", f"{_h(queue, handle)}/visibility", _lease,
+                     json={"timeout": timeout})
+
+    @staticmethod
+    def release(queue: str, handle: str, delay: int) -> _Call[Lease]:
+        # The service has no release endpoint (with its own retry ladder) yet:
+        # a release is a visibility change to `delay` seconds (0: at once). When
+        # `POST .../release` exists, this is the one place to switch.
+        return _calls.extend(queue, handle, delay)
+
+    @staticmethod
+    def delete(queue: str, handle: str) -> _Call[None]:
+        return _Call("DELETE", _h(queue, handle), _none)
+
+    @staticmethod
+    def checkpoint(queue: str, handle: str, cursor: Any) -> _Call[Lease]:
+        return _Call("PUT", f"{_h(queue, handle)}/checkpoint", _lease, json={"cursor": cursor})
+
+    @staticmethod
+    def extend_batch(
+        queue: str, entries: Sequence[tuple[str, int]]
+    ) -> _Call[list[Lease | ApiError]]:
+        body = {"entries": [{"receipt_handle": h, "timeout": t} for h, t in entries]}
+        return _Call("POST", f"{_q(queue)}/messages/visibility", _batch(Lease.from_json),
+                     json=body)
+
+    @staticmethod
+    def delete_batch(queue: str, handles: Sequence[str]) -> _Call[list[ApiError | None]]:
+        return _Call("POST", f"{_q(queue)}/messages/delete", _batch(lambda _r: None),
+                     json={"receipt_handles": list(handles)})
+
+
+def max_(a: float, b: float) -> float:
+    return a if a > b else b
+
+
+def _raise_for_problem(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        raise api_error(response.status_code, body["code"], str(body.get("detail", "")), body)
+    raise ApiError(
+        response.status_code, f"http_{response.status_code}", response.text[:300], body
+    )
+
+
+def _read(call: _Call[T], response: httpx.Response) -> T:
+    _raise_for_problem(response)
+    return call.parse(response)
+
+
+# -- the clients --------------------------------------------------------------------
+
+
+class _Base:
+    def __init__(self, url: str | None, timeout: float) -> None:
+        self.url = (url or default_url()).rstrip("/")
+        self.timeout = timeout
+
+
+class Client(_Base):
+    """A blocking client. Thread-safe: one instance can serve several threads."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(url, timeout)
+        self._http = httpx.Client(
+            base_url=self.url, timeout=timeout, transport=transport, headers=headers
+        )
+
+    def _run(self, call: _Call[T], request_timeout: float | None = None) -> T:
+        try:
+            response = self._http.request(
+                call.method, call.path, params=call.params, json=call.json,
+                timeout=request_timeout or call.timeout or self.timeout,
+            )
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{call.method} {call.path}: {exc!r}") from exc
+        return _read(call, response)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_queue(self, name: str, **attributes: int) -> dict[str, Any]:
+        """Create a queue (or return the existing one with the same attributes)."""
+        return self._run(_calls.create_queue(name, attributes))
+
+    def get_queue(self, name: str) -> dict[str, Any]:
+        """Attributes and live `stats` of a queue."""
+        return self._run(_calls.get_queue(name))
+
+    def delete_queue(self, name: str) -> None:
+        self._run(_calls.delete_queue(name))
+
+    def purge(self, name: str) -> int:
+        return self._run(_calls.purge(name))
+
+    def send(
+        self, queue: str, body: str, *, delay: int | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> Sent:
+        return self._run(_calls.send(queue, body, delay, attributes))
+
+    def send_batch(
+        self, queue: str, messages: Iterable[OutgoingMessage | str]
+    ) -> list[Sent | ApiError]:
+        """One result per entry, in order: a `Sent`, or the entry's error (not raised)."""
+        return self._run(_calls.send_batch(queue, messages))
+
+    def receive(
+        self, queue: str, *, max: int = 1, visibility_timeout: int | None = None,
+        wait: int | None = None,
+    ) -> list[Message]:
+        """Claim up to `max` messages, waiting up to `wait` seconds for the first.
+        The lease starts when the service claims: measure it from before this call."""
+        return self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+
+    def extend(self, queue: str, handle: str, timeout: int, *,
+               request_timeout: float | None = None) -> Lease:
+        """Heartbeat: the lease ends `timeout` seconds from now. `LeaseLost` when gone."""
+        return self._run(_calls.extend(queue, handle, timeout), request_timeout)
+
+    def release(self, queue: str, handle: str, delay: int = 0) -> Lease:
+        """Give the message back, visible again after `delay` seconds."""
+        return self._run(_calls.release(queue, handle, delay))
+
+    def delete(self, queue: str, handle: str) -> None:
+        """Acknowledge: deletes the message while this handle holds it, else `LeaseLost`."""
+        self._run(_calls.delete(queue, handle))
+
+    def checkpoint(self, queue: str, handle: str, cursor: Any) -> Lease:
+        """Record a cursor (returned by the next receive) and renew the lease."""
+        return self._run(_calls.checkpoint(queue, handle, cursor))
+
+    def extend_batch(
+        self, queue: str, entries: Sequence[tuple[str, int]]
+    ) -> list[Lease | ApiError]:
+        """Many (handle, timeout) at once; one result per entry, errors not raised."""
+        return self._run(_calls.extend_batch(queue, entries))
+
+    def delete_batch(self, queue: str, handles: Sequence[str]) -> list[ApiError | None]:
+        """Acknowledge many handles at once; `None` per success, errors not raised."""
+        return self._run(_calls.delete_batch(queue, handles))
+
+
+class AsyncClient(_Base):
+    """The asyncio client: the same methods as `Client`, awaited."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        super().__init__(url, timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, timeout=timeout, transport=transport, headers=headers,
+            limits=limits or httpx.Limits(),
+        )
+
+    async def _run(self, call: _Call[T], request_timeout: float | None = None) -> T:
+        try:
+            response = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json,
+                timeout=request_timeout or call.timeout or self.timeout,
+            )
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{call.method} {call.path}: {exc!r}") from exc
+        return _read(call, response)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def create_queue(self, name: str, **attributes: int) -> dict[str, Any]:
+        """Create a queue (or return the existing one with the same attributes)."""
+        return await self._run(_calls.create_queue(name, attributes))
+
+    async def get_queue(self, name: str) -> dict[str, Any]:
+        """Attributes and live `stats` of a queue."""
+        return await self._run(_calls.get_queue(name))
+
+    async def delete_queue(self, name: str) -> None:
+        await self._run(_calls.delete_queue(name))
+
+    async def purge(self, name: str) -> int:
+        return await self._run(_calls.purge(name))
+
+    async def send(
+        self, queue: str, body: str, *, delay: int | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> Sent:
+        return await self._run(_calls.send(queue, body, delay, attributes))
+
+    async def send_batch(
+        self, queue: str, messages: Iterable[OutgoingMessage | str]
+    ) -> list[Sent | ApiError]:
+        """One result per entry, in order: a `Sent`, or the entry's error (not raised)."""
+        return await self._run(_calls.send_batch(queue, messages))
+
+    async def receive(
+        self, queue: str, *, max: int = 1, visibility_timeout: int | None = None,
+        wait: int | None = None,
+    ) -> list[Message]:
+        """Claim up to `max` messages, waiting up to `wait` seconds for the first.
+        The lease starts when the service claims: measure it from before this call."""
+        return await self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+
+    async def extend(
+        self,
+        queue: str,
+        handle: str,
+        timeout: int,  # noqa: ASYNC109 - the lease's new length, the API's own name
+        *,
+        request_timeout: float | None = None,
+    ) -> Lease:
+        """Heartbeat: the lease ends `timeout` seconds from now. `LeaseLost` when gone."""
+        return await self._run(_calls.extend(queue, handle, timeout), request_timeout)
+
+    async def release(self, queue: str, handle: str, delay: int = 0) -> Lease:
+        """Give the message back, visible again after `delay` seconds."""
+        return await self._run(_calls.release(queue, handle, delay))
+
+    async def delete(self, queue: str, handle: str) -> None:
+        """Acknowledge: deletes the message while this handle holds it, else `LeaseLost`."""
+        await self._run(_calls.delete(queue, handle))
+
+    async def checkpoint(self, queue: str, handle: str, cursor: Any) -> Lease:
+        """Record a cursor (returned by the next receive) and renew the lease."""
+        return await self._run(_calls.checkpoint(queue, handle, cursor))
+
+    async def extend_batch(
+        self, queue: str, entries: Sequence[tuple[str, int]]
+    ) -> list[Lease | ApiError]:
+        """Many (handle, timeout) at once; one result per entry, errors not raised."""
+        return await self._run(_calls.extend_batch(queue, entries))
+
+    async def delete_batch(self, queue: str, handles: Sequence[str]) -> list[ApiError | None]:
+        """Acknowledge many handles at once; `None` per success, errors not raised."""
+        return await self._run(_calls.delete_batch(queue, handles))

@@ -1,0 +1,514 @@
+"""`Worker`: receive, run a handler under a heartbeat watchdog, acknowledge or release.
+
+    def handle(message, ctx):            # or: async def handle(message, ctx)
+        ...                               # ctx.fencing_token, ctx.checkpoint(cursor),
+                                          # ctx.cancelled / ctx.raise_if_cancelled()
+
+    Worker(handle, queue="emails", concurrency=4).run()   # until SIGTERM or SIGINT
+
+For every message:
+
+1. The lease deadline is measured on the monotonic clock from the moment the
+   receive request was sent.
+2. A heartbeat extends the lease by its full length every `lease / 3` seconds, on
+   a path of its own: an asyncio task in the worker's loop for async handlers
+   (`heartbeat="task"`), a thread with its own loop and HTTP client for sync
+   handlers (`heartbeat="thread"`; async handlers that may block their loop should
+   use it too). Long polls use yet another connection pool, so a poll never holds
+   up a beat.
+3. The watchdog cancels the handler at once when an extension answers
+   `409 lease_lost`, or when the lease runs out on the monotonic clock because
+   beats kept failing: an async handler's task is cancelled; a sync handler sees
+   `ctx.cancelled` (and `ctx.cancel_reason`) turn true. Either way the message
+   is neither acknowledged nor released: it is no longer ours.
+4. On success the message is acknowledged (a conditional `DELETE`; a rejection
+   is logged and counted, never retried). On an exception it is released for
+   another attempt after the `Backoff` delay.
+5. On SIGTERM/SIGINT the worker stops receiving, gives in-flight handlers
+   `grace` seconds, then cancels them and releases their messages at once. A
+   second signal skips the rest of the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from app.worker.backoff import Backoff
+from app.worker.client import AsyncClient, default_url
+from app.worker.context import AsyncContext, Context
+from app.worker.errors import (
+    ApiError,
+    CancelReason,
+    HandlerCancelled,
+    LeaseLost,
+    Unreachable,
+)
+from app.worker.lease import HeartbeatThread, LeaseClock, heartbeat
+from app.worker.models import Message
+
+log = logging.getLogger("leaseq.worker")
+
+Handler = Callable[[Message, Any], Any]
+"""`handler(message, ctx)`, a plain function (run in a thread of its own, gets a
+`Context`) or a coroutine function (run in the worker's loop, gets an `AsyncContext`)."""
+
+HeartbeatMode = Literal["auto", "task", "thread"]
+
+MAX_RECEIVE = 10
+CANCEL_WAIT = 5.0
+"""Seconds cancelled handlers get to stop at shutdown before their messages are
+released anyway."""
+
+
+class Outcome(enum.StrEnum):
+    """What became of one received message."""
+
+    ACKNOWLEDGED = "acknowledged"
+    ACK_REJECTED = "acknowledgement rejected"
+    RELEASED = "released"
+    ABANDONED = "abandoned"
+
+
+@dataclass
+class WorkerStats:
+    received: int = 0
+    acknowledged: int = 0
+    ack_rejected: int = 0
+    failed: int = 0  # the handler raised
+    released: int = 0
+    abandoned: int = 0  # the watchdog fired: neither acknowledged nor released
+    beats: int = 0
+    failed_beats: int = 0
+    recent: deque[tuple[str, int, Outcome]] = field(default_factory=lambda: deque(maxlen=1000))
+    """(message id, fencing token, outcome) of the last thousand messages settled."""
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 - objects with an async __call__
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+class _Job:
+    """One received message while this worker holds it."""
+
+    def __init__(self, message: Message, lease: LeaseClock) -> None:
+        self.message = message
+        self.lease = lease
+        self.settled = False
+
+    def __str__(self) -> str:
+        return f"message {self.message.message_id} (fencing {self.message.fencing_token})"
+
+
+class Worker:
+    """Runs `handler` for the messages of `queue`, `concurrency` at a time."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        queue: str,
+        url: str | None = None,
+        concurrency: int = 1,
+        lease: int | None = None,
+        heartbeat_period: float | None = None,
+        heartbeat: HeartbeatMode = "auto",
+        wait: int = 20,
+        grace: float = 30.0,
+        backoff: Backoff | None = None,
+        transport: Callable[[], httpx.AsyncBaseTransport] | None = None,
+    ) -> None:
+        """`lease`: seconds each claim lasts and each beat extends to (None: the
+        queue's visibility_timeout). `heartbeat_period`: seconds between beats
+        (None: a third of the lease). `wait`: long-poll seconds (0-20).
+        `grace`: seconds in-flight handlers get at shutdown. `transport`: for
+        tests, makes the HTTP transports of the clients in the worker's own loop
+        (not of the heartbeat thread)."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease is not None and lease < 1:
+            raise ValueError("the lease must be at least one second")
+        if heartbeat_period is not None and (
+            heartbeat_period <= 0 or (lease is not None and heartbeat_period >= lease)
+        ):
+            raise ValueError("the heartbeat period must be positive and shorter than the lease")
+        if heartbeat not in ("auto", "task", "thread"):
+            raise ValueError("heartbeat is 'auto', 'task' or 'thread'")
+        if not 0 <= wait <= 20:
+            raise ValueError("wait is 0 to 20 seconds")
+        self.handler = handler
+        self.queue = queue
+        self.url = url or default_url()
+        self.concurrency = concurrency
+        self.lease = lease
+        self.heartbeat_period = heartbeat_period
+        self.is_async = is_async_handler(handler)
+        self.heartbeat_mode: Literal["task", "thread"] = (
+            heartbeat if heartbeat != "auto" else ("task" if self.is_async else "thread")
+        )
+        self.wait = wait
+        self.grace = grace
+        self.backoff = backoff or Backoff()
+        self.stats = WorkerStats()
+        self._transport = transport
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
+        self._early_stop: bool | None = None  # stop() before serve() started
+        self._jobs: dict[asyncio.Task[None], _Job] = {}
+        self._slot: asyncio.Event | None = None
+        self._beats: HeartbeatThread | None = None
+        self._poller: AsyncClient | None = None
+        self._control: AsyncClient | None = None
+        self.started = threading.Event()  # set once the worker is receiving
+
+    # -- running and stopping -------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT (a second one skips the grace period)."""
+        asyncio.run(self.serve(handle_signals=True))
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop receiving and finish in-flight handlers (within `grace`, or at once
+        with `now`). Safe to call from any thread, or before `serve` runs."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._early_stop = now or bool(self._early_stop)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has just closed
+            loop.call_soon_threadsafe(self._request_stop, now)
+
+    def _request_stop(self, now: bool) -> None:
+        assert self._stopping is not None and self._hurry is not None
+        if self._stopping.is_set() or now:
+            self._hurry.set()
+        self._stopping.set()
+
+    async def serve(self, *, handle_signals: bool = False) -> None:
+        """Receive and handle messages until `stop()` (or a signal, with
+        `handle_signals`). Errors the worker cannot recover from (the queue does
+        not exist, a request it sends is refused) end it after a shutdown."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._slot = asyncio.Event()
+        if self._early_stop is not None:
+            self._request_stop(self._early_stop)
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        # Long polls get a pool of their own: a parked poll never delays a beat,
+        # an acknowledgement or a release.
+        make = self._transport
+        self._poller = AsyncClient(self.url, transport=make() if make else None)
+        self._control = AsyncClient(self.url, transport=make() if make else None)
+        if self.heartbeat_mode == "thread":
+            self._beats = HeartbeatThread(lambda: AsyncClient(self.url))
+        log.info(
+            "worker on %s queue %r: concurrency %d, lease %s, heartbeat %s",
+            self.url, self.queue, self.concurrency,
+            f"{self.lease}s" if self.lease else "of the queue", self.heartbeat_mode,
+        )
+        receiver = asyncio.create_task(self._receive_loop(), name="leaseq-receive")
+        stopping = asyncio.create_task(self._stopping.wait())
+        self.started.set()
+        failure: BaseException | None = None
+        try:
+            await asyncio.wait({receiver, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if receiver.done() and not receiver.cancelled():
+                failure = receiver.exception()
+            receiver.cancel()
+            stopping.cancel()
+            await asyncio.gather(receiver, stopping, return_exceptions=True)
+            await self._drain()
+        finally:
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            await self._poller.aclose()
+            await self._control.aclose()
+            if self._beats is not None:
+                await asyncio.to_thread(self._beats.stop)
+            self._loop = None
+        log.info(
+            "worker stopped: %d received, %d acknowledged, %d acknowledgements rejected, "
+            "%d released, %d abandoned", self.stats.received, self.stats.acknowledged,
+            self.stats.ack_rejected, self.stats.released, self.stats.abandoned,
+        )
+        if failure is not None:
+            raise failure
+
+    def _on_signal(self, sig: int) -> None:
+        assert self._stopping is not None
+        if self._stopping.is_set():
+            log.info("%s again: cancelling in-flight handlers now", signal.Signals(sig).name)
+        else:
+            log.info(
+                "%s: no more receives; in-flight handlers get %.0fs",
+                signal.Signals(sig).name, self.grace,
+            )
+        self._request_stop(now=False)
+
+    async def _drain(self) -> None:
+        """Shutdown: grace for in-flight handlers, then cancel and release."""
+        assert self._hurry is not None
+        if not self._jobs:
+            return
+        deadline = time.monotonic() + self.grace
+        hurry = asyncio.create_task(self._hurry.wait())
+        try:
+            while self._jobs and not self._hurry.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.wait(
+                    {*self._jobs, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+        finally:
+            hurry.cancel()
+        if not self._jobs:
+            return
+        log.info("cancelling %d in-flight handlers", len(self._jobs))
+        for job in self._jobs.values():
+            job.lease.cancel(CancelReason.SHUTDOWN)
+        await asyncio.wait(set(self._jobs), timeout=CANCEL_WAIT)
+        # Sync handlers that ignore their token cannot be stopped from outside:
+        # give their messages back now (the process is about to exit).
+        for task, job in list(self._jobs.items()):
+            if not job.settled:
+                job.settled = True
+                job.lease.close()
+                await self._release(job, 0, why="its handler did not stop at shutdown")
+                task.cancel()
+        if self._jobs:  # the rest are finishing an acknowledgement or release
+            await asyncio.wait(set(self._jobs), timeout=CANCEL_WAIT)
+
+    # -- receiving -------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        assert self._poller is not None and self._slot is not None
+        failures = 0
+        while True:
+            while len(self._jobs) >= self.concurrency:
+                self._slot.clear()
+                await self._slot.wait()
+            free = self.concurrency - len(self._jobs)
+            sent_at = time.monotonic()  # the lease starts after this, never before
+            try:
+                messages = await self._poller.receive(
+                    self.queue, max=min(free, MAX_RECEIVE), visibility_timeout=self.lease,
+                    wait=self.wait,
+                )
+            except (Unreachable, ApiError) as exc:
+                if isinstance(exc, ApiError) and not exc.transient:
+                    log.error("receive from %r refused: %s", self.queue, exc)
+                    raise
+                failures += 1
+                delay = min(30.0, 0.25 * 2**min(failures, 8))
+                log.warning("receive failed (%r); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            for message in messages:
+                self._start(message, sent_at)
+
+    def _start(self, message: Message, sent_at: float) -> None:
+        self.stats.received += 1
+        lease = LeaseClock(
+            message.receipt_handle, message.lease_seconds, sent_at,
+            period=self._period(message.lease_seconds),
+        )
+        job = _Job(message, lease)
+        task = asyncio.create_task(self._process(job), name=f"leaseq-{message.message_id}")
+        self._jobs[task] = job
+        task.add_done_callback(self._finished)
+        log.debug("%s received (receive count %d)", job, message.receive_count)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._jobs.pop(task, None)
+        if self._slot is not None:
+            self._slot.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("processing failed", exc_info=task.exception())
+
+    def _period(self, lease_seconds: int) -> float:
+        if self.heartbeat_period is not None and self.heartbeat_period < lease_seconds:
+            return self.heartbeat_period
+        return lease_seconds / 3
+
+    # -- one message -----------------------------------------------------------------
+
+    async def _process(self, job: _Job) -> None:
+        assert self._loop is not None and self._control is not None
+        client: Callable[[], AsyncClient]
+        if self._beats is not None:
+            beats = self._beats
+            beat_loop, client = beats.loop, (lambda: beats.client)
+        else:
+            control = self._control
+            beat_loop, client = self._loop, (lambda: control)
+        beat = asyncio.run_coroutine_threadsafe(
+            heartbeat(job.lease, client(), self.queue), beat_loop
+        )
+        beat.add_done_callback(_report_heartbeat_crash)
+        try:
+            outcome, error = await self._run_handler(job, beat_loop, client)
+        finally:
+            job.lease.close()
+            beat.cancel()
+            self.stats.beats += job.lease.beats
+            self.stats.failed_beats += job.lease.failed_beats
+        if job.settled:  # released by the shutdown already
+            return
+        job.settled = True
+        await self._settle(job, outcome, error)
+
+    async def _run_handler(
+        self,
+        job: _Job,
+        beat_loop: asyncio.AbstractEventLoop,
+        client: Callable[[], AsyncClient],
+    ) -> tuple[str, BaseException | None]:
+        """Runs the handler; ('done' | 'cancelled' | 'failed', exception)."""
+        loop = asyncio.get_running_loop()
+        lease = job.lease
+        if self.is_async:
+            actx = AsyncContext(job.message, self.queue, lease, beat_loop, client)
+            handler: Callable[..., Coroutine[Any, Any, Any]] = self.handler
+            task: asyncio.Task[Any] = asyncio.create_task(handler(job.message, actx))
+
+            def cancel_task(reason: CancelReason) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone (exiting)
+                    loop.call_soon_threadsafe(task.cancel, f"leaseq: {reason.value}")
+
+            lease.on_cancel(cancel_task)
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if task.cancelled():
+                return "cancelled", None
+            error = task.exception()
+        else:
+            ctx = Context(job.message, self.queue, lease, beat_loop, client)
+            future: asyncio.Future[Any] = loop.create_future()
+            thread = threading.Thread(
+                target=_call_in_thread, args=(self.handler, job.message, ctx, future, loop),
+                name=f"leaseq-handler-{job.message.message_id}", daemon=True,
+            )
+            thread.start()
+            await asyncio.wait({future})
+            error = future.exception()
+        if error is None:
+            return "done", None
+        if isinstance(error, (HandlerCancelled, asyncio.CancelledError)):
+            return "cancelled", error
+        return "failed", error
+
+    async def _settle(self, job: _Job, outcome: str, error: BaseException | None) -> None:
+        reason = job.lease.reason
+        if reason in (CancelReason.LEASE_LOST, CancelReason.LEASE_EXPIRED):
+            # The claim is (or may be) someone else's: acknowledging or releasing
+            # it would at best be refused, and the work is to be redone elsewhere.
+            self._record(job, Outcome.ABANDONED)
+            self.stats.abandoned += 1
+            log.warning("%s abandoned: the watchdog cancelled it (%s)", job, reason.value)
+            return
+        if outcome == "done":
+            await self._acknowledge(job)
+        elif outcome == "failed":
+            self.stats.failed += 1
+            delay = self.backoff.delay(job.message.receive_count)
+            log.warning("%s failed: %r; released for retry in %ds", job, error, delay,
+                        exc_info=error)
+            await self._release(job, delay, why="its handler failed")
+        else:  # cancelled at shutdown, or the handler cancelled itself
+            await self._release(job, 0, why="its handler was cancelled")
+
+    async def _acknowledge(self, job: _Job) -> None:
+        assert self._control is not None
+        attempt = 0
+        while True:
+            try:
+                await self._control.delete(self.queue, job.message.receipt_handle)
+            except LeaseLost:
+                # The lease ran out and another receive claimed the message while
+                # the handler finished: its work will be redone there.
+                self._record(job, Outcome.ACK_REJECTED)
+                self.stats.ack_rejected += 1
+                log.warning("%s: acknowledgement rejected (lease lost)", job)
+                return
+            except (Unreachable, ApiError) as exc:
+                transient = isinstance(exc, Unreachable) or exc.transient
+                attempt += 1
+                if transient and attempt < 5 and not job.lease.expired():
+                    await asyncio.sleep(min(job.lease.period / 2, 0.2 * 2**attempt))
+                    continue
+                log.error("%s: acknowledgement failed (%r); it will be redelivered", job, exc)
+                return
+            self._record(job, Outcome.ACKNOWLEDGED)
+            self.stats.acknowledged += 1
+            log.info("%s acknowledged", job)
+            return
+
+    async def _release(self, job: _Job, delay: int, *, why: str) -> None:
+        """Give the message back for another attempt after `delay` seconds.
+
+        The one place that releases: today a visibility change (the service has
+        no release endpoint or retry ladder yet); switch to `POST .../release`
+        here when it exists.
+        """
+        assert self._control is not None
+        try:
+            await self._control.release(self.queue, job.message.receipt_handle, delay)
+        except (Unreachable, ApiError) as exc:
+            log.warning("%s: release failed (%r); it returns when its lease ends", job, exc)
+            return
+        self._record(job, Outcome.RELEASED)
+        self.stats.released += 1
+        log.info("%s released (%s), visible again in %ds", job, why, delay)
+
+    def _record(self, job: _Job, outcome: Outcome) -> None:
+        self.stats.recent.append((job.message.message_id, job.message.fencing_token, outcome))
+
+
+def _report_heartbeat_crash(future: concurrent.futures.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("the heartbeat stopped unexpectedly", exc_info=future.exception())
+
+
+def _call_in_thread(
+    handler: Handler,
+    message: Message,
+    ctx: Context,
+    future: asyncio.Future[Any],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    def deliver(setter: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            setter(value)
+
+    try:
+        result = handler(message, ctx)
+    except BaseException as exc:  # reported to the worker, which decides
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(deliver, future.set_exception, exc)
+        return
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(deliver, future.set_result, result)

@@ -1,0 +1,1 @@
+"""Handlers the worker tests run, in `leaseq worker` processes or in-process."""
