@@ -32,7 +32,7 @@ def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
         asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
+        pool_pre_ping=False,
         # A connection that is checked out this long means the pool is starved;
         # failing fast as 503 beats a request hanging on it.
         pool_timeout=10,

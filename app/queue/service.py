@@ -276,35 +276,21 @@ class QueueService:
         if not self._hub.listening:
             self._hub.on_notification(notice)
 
-    async def _claim(
-        self, queue: Queue, max_messages: int, visibility_timeout: int, *, outlook: bool
-    ) -> tuple[list[ReceivedMessage], _Outlook | None]:
-        """One claim; with `outlook`, also what the queue holds next (for waiters)."""
-        retention = queue.attributes.message_retention
-        async with self._transaction() as conn:
-            rows = (
-                await conn.execute(
-                    Q.claim_messages,
-                    {
-                        "queue_id": queue.id,
-                        "visibility_timeout": visibility_timeout,
-                        "retention": retention,
-                        "max": max_messages,
-                    },
-                )
-            ).all()
-            ahead: _Outlook | None = None
-            if outlook:
-                row = (
-                    await conn.execute(
-                        Q.queue_outlook, {"queue_id": queue.id, "retention": retention}
-                    )
-                ).one()
-                ahead = _Outlook(
-                    due_in=None if row.due_in is None else float(row.due_in),
-                    more_now=bool(row.more_now),
-                )
-        received = [
+    async def _claim_rows(
+        self, conn: AsyncConnection, queue: Queue, max_messages: int, lease: int
+    ) -> list[ReceivedMessage]:
+        rows = (
+            await conn.execute(
+                Q.claim_messages,
+                {
+                    "queue_id": queue.id,
+                    "visibility_timeout": lease,
+                    "retention": queue.attributes.message_retention,
+                    "max": max_messages,
+                },
+            )
+        ).all()
+        return [
             ReceivedMessage(
                 message_id=str(row.message_id),
                 body=row.body,
@@ -314,7 +300,7 @@ class QueueService:
                 ),
                 receive_count=row.receive_count,
                 fencing_token=row.fencing_token,
-                lease_seconds=visibility_timeout,
+                lease_seconds=lease,
                 lease_expires_at=row.lease_expires_at,
                 sent_at=row.sent_at,
                 first_received_at=row.first_received_at,
@@ -322,7 +308,18 @@ class QueueService:
             )
             for row in sorted(rows, key=lambda r: r.fencing_token)
         ]
-        return received, ahead
+
+    async def _outlook(self, conn: AsyncConnection, queue: Queue) -> _Outlook:
+        row = (
+            await conn.execute(
+                Q.queue_outlook,
+                {"queue_id": queue.id, "retention": queue.attributes.message_retention},
+            )
+        ).one()
+        return _Outlook(
+            due_in=None if row.due_in is None else float(row.due_in),
+            more_now=bool(row.more_now),
+        )
 
     async def receive(
         self,
@@ -343,15 +340,9 @@ class QueueService:
             _check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
         if wait is not None:
             _check_range("wait", wait, limits.RECEIVE_WAIT)
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
-        lease = (
-            queue.attributes.visibility_timeout if visibility_timeout is None
-            else visibility_timeout
-        )
-        wait_seconds = queue.attributes.receive_wait if wait is None else wait
-        deadline = time.monotonic() + wait_seconds
         hub = self._hub
+        queue: Queue | None = None
+        lease, deadline = 0, 0.0
         waiter: Waiter | None = None
         try:
             while True:
@@ -360,29 +351,44 @@ class QueueService:
                 if waiter is not None:
                     hub.leave(waiter, used=True)  # woken: we are looking now
                     waiter = None
-                if wait_seconds > 0 and not hub.closed:
-                    waiter = hub.park(queue.id)
-                if waiter is None:
-                    received, ahead = await self._claim(queue, max_messages, lease, outlook=False)
-                    return received
-                with hub.looking(waiter):
-                    received, ahead = await self._claim(queue, max_messages, lease, outlook=True)
+                ahead: _Outlook | None = None
+                async with self._transaction() as conn:
+                    if queue is None:  # the first look: the queue is read in the same transaction
+                        queue = await self._queue(conn, name)
+                        attributes = queue.attributes
+                        lease = (
+                            attributes.visibility_timeout if visibility_timeout is None
+                            else visibility_timeout
+                        )
+                        wait_seconds = attributes.receive_wait if wait is None else wait
+                        deadline = time.monotonic() + wait_seconds
+                    if deadline > time.monotonic() and not hub.closed:
+                        # In line before looking: a send committed after the
+                        # look still reaches this receiver.
+                        waiter = hub.park(queue.id)
+                    if waiter is None:
+                        return await self._claim_rows(conn, queue, max_messages, lease)
+                    with hub.looking(waiter):
+                        received = await self._claim_rows(conn, queue, max_messages, lease)
+                        # What lies ahead matters to whoever waits: this receiver when
+                        # it found less than it asked for, the others when it took a
+                        # full batch.
+                        ahead = await self._outlook(conn, queue)
                 if received:
                     hub.leave(waiter, used=False)
                     waiter = None
-                    if ahead is not None:
-                        # A full batch may have left more behind: wake the next
-                        # in line, unless others are already on their way.
-                        if ahead.more_now and len(received) == max_messages:
-                            if hub.on_the_way(queue.id) == 0:
-                                hub.wake(queue.id, 1)
-                        elif ahead.due_in is not None:
-                            hub.schedule(queue.id, ahead.due_in)
+                    if ahead.more_now and len(received) == max_messages:
+                        # A full batch may have left more behind: wake the next in
+                        # line, unless others are already on their way.
+                        if hub.on_the_way(queue.id) == 0:
+                            hub.wake(queue.id, 1)
+                    elif ahead.due_in is not None:
+                        hub.schedule(queue.id, ahead.due_in)
                     return received
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                if ahead is not None and ahead.due_in is not None:
+                if ahead.due_in is not None:
                     hub.schedule(queue.id, ahead.due_in)
                 waiter.idle = True
                 await _wait_any(waiter.woken, gone, remaining)

@@ -1,0 +1,142 @@
+"""What every benchmark needs: a running service and a client that costs little.
+
+The service is started as users run it (`leaseq serve`, embedded PostgreSQL
+unless DATABASE_URL is set) in a temporary data directory. The client speaks
+HTTP/1.1 keep-alive directly over asyncio streams: an httpx client spends about
+2 ms of CPU per request here, which would be most of what we measure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    proc: subprocess.Popen[bytes]
+    port: int
+    data_dir: Path
+
+    @property
+    def process(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid)
+
+
+@contextlib.contextmanager
+def running_service(*, pool_size: int = 10) -> Iterator[Service]:
+    data_dir = Path(tempfile.mkdtemp(prefix="leaseq-bench-"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEQ_")}
+    env.update(LEASEQ_LOG_LEVEL="warning", LEASEQ_POOL_SIZE=str(pool_size))
+    log = (data_dir / "service.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    service = Service(proc, port, data_dir)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError((data_dir / "service.log").read_text())
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("service did not start") from None
+                time.sleep(0.1)
+        yield service
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class Http:
+    """One keep-alive HTTP/1.1 connection; one request at a time."""
+
+    def __init__(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._port = port
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> Http:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(port, reader, writer)
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """Sends JSON, returns (status, decoded JSON body or None)."""
+        status, data = await self.raw(method, path, body)
+        return status, json.loads(data) if data else None
+
+    async def raw(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        payload = b"" if body is None else json.dumps(body).encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode()
+        self._writer.write(head + payload)
+        await self._writer.drain()
+        status_line = await self._reader.readline()
+        if not status_line:
+            # uvicorn closes idle keep-alive connections after 5 s: reopen once.
+            self._writer.close()
+            self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
+            self._writer.write(head + payload)
+            await self._writer.drain()
+            status_line = await self._reader.readline()
+        status = int(status_line.split()[1])
+        length = 0
+        while (line := await self._reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        return status, await self._reader.readexactly(length) if length else b""
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(values: list[float]) -> str:
+    return (
+        f"p50 {percentile(values, 50) * 1000:7.2f} ms   p99 {percentile(values, 99) * 1000:7.2f} ms"
+        f"   max {max(values) * 1000:7.2f} ms   (n={len(values)})"
+    )
