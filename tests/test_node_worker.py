@@ -1,0 +1,153 @@
+"""The Node.js worker (examples/node-worker) against the real service: it processes,
+heartbeats, checkpoints and acknowledges, and a 409 on a heartbeat aborts its handler.
+
+Runs `node` from PATH (Node 20+); skipped only when there is none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from processes import service_env
+from support import wait_until
+
+from app.worker import AsyncClient
+
+NODE = shutil.which("node")
+TESTS = Path(__file__).resolve().parent
+WORKER = TESTS.parent / "examples" / "node-worker" / "worker.js"
+HANDLER = TESTS / "worker_handlers" / "node_handler.mjs"
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+class NodeWorker:
+    def __init__(self, proc: asyncio.subprocess.Process, log: Path, events: Path) -> None:
+        self.proc = proc
+        self.log_path = log
+        self.events_path = events
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def said(self, pattern: str) -> bool:
+        return re.search(pattern, self.log(), re.MULTILINE) is not None
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        if not self.events_path.exists():
+            return []
+        lines = self.events_path.read_text().splitlines()
+        events = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in events if kind is None or e["kind"] == kind]
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            return await self.proc.wait()
+
+
+@pytest.fixture
+async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(served[0]) as client:
+        yield client
+
+
+@pytest.fixture
+async def node_worker(
+    served: tuple[str, Any], tmp_path: Path
+) -> AsyncIterator[Any]:
+    started: list[NodeWorker] = []
+
+    async def start(queue: str, *options: str) -> NodeWorker:
+        assert NODE is not None
+        log = tmp_path / f"node-{len(started)}.log"
+        events = tmp_path / f"node-{len(started)}.jsonl"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                NODE, str(WORKER), "--url", served[0], "--queue", queue, "--wait", "20",
+                *options, str(HANDLER),
+                env=service_env() | {"LEASEQ_TEST_EVENTS": str(events)},
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+            )
+        worker = NodeWorker(proc, log, events)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.proc.returncode is None:
+            worker.proc.kill()
+            await worker.proc.wait()
+
+
+async def is_empty(api: AsyncClient, queue: str) -> bool:
+    stats = (await api.get_queue(queue))["stats"]
+    return bool(stats["visible"] == stats["in_flight"] == stats["delayed"] == 0)
+
+
+async def wait_empty(api: AsyncClient, queue: str, seconds: float) -> None:
+    async with asyncio.timeout(seconds):
+        while not await is_empty(api, queue):  # noqa: ASYNC110 - the state is the service's
+            await asyncio.sleep(0.05)
+
+
+async def test_the_node_worker_heartbeats_checkpoints_and_acknowledges(
+    api: AsyncClient, node_worker: Any
+) -> None:
+    await api.create_queue("node", visibility_timeout=1)
+    long = await api.send("node", json.dumps({"steps": 12, "step": 0.2}))  # 2.4 leases
+    flaky = await api.send(
+        "node", json.dumps({"steps": 3, "step": 0.1, "checkpoint": True, "fail": True})
+    )
+    worker = await node_worker("node", "--lease", "1", "--concurrency", "2")
+    await wait_empty(api, "node", 20)
+
+    started = worker.events("started")
+    long_starts = [e for e in started if e["message_id"] == long.message_id]
+    flaky_starts = [e for e in started if e["message_id"] == flaky.message_id]
+    # the long one lived on heartbeats: never redelivered
+    assert [e["receive_count"] for e in long_starts] == [1]
+    assert long_starts[0]["detail"]["remaining"] <= 1.0
+    # the flaky one failed after its checkpoints, was released and resumed at its cursor
+    assert [(e["receive_count"], e["detail"]["start"]) for e in flaky_starts] == [(1, 0), (2, 3)]
+    finished = worker.events("finished")
+    assert sorted(e["message_id"] for e in finished) == sorted([long.message_id, flaky.message_id])
+    for event in finished:
+        assert worker.said(rf"\(fencing {event['fencing']}\) acknowledged$")
+    assert worker.said(r"released, visible again in 0s")
+    assert await worker.stop() == 0, worker.log()
+
+
+async def test_a_409_on_a_node_heartbeat_aborts_the_handler(
+    api: AsyncClient, node_worker: Any
+) -> None:
+    await api.create_queue("node409", visibility_timeout=3)
+    await api.send("node409", json.dumps({"steps": 100, "step": 0.1}))
+    worker = await node_worker("node409", "--lease", "3")  # beats every second
+    await wait_until(lambda: bool(worker.events("started")), seconds=20)
+    (started,) = worker.events("started")
+
+    # take the message away: release it with the worker's handle, then claim it
+    await api.release("node409", started["handle"], 0)
+    (mine,) = await api.receive("node409", visibility_timeout=60, wait=0)
+    taken = time.monotonic()
+    await wait_until(lambda: bool(worker.events("aborted")), seconds=5)
+    aborted_after = time.monotonic() - taken
+    (aborted,) = worker.events("aborted")
+    assert aborted["detail"] == "lease_lost"
+    assert aborted_after < 1.0 + 0.5  # the next beat got 409 (one period, plus polling)
+    await wait_until(lambda: worker.said("abandoned"), seconds=5)
+    assert not worker.said(rf"\(fencing {started['fencing']}\) acknowledged$")
+    assert not worker.events("finished")
+    await api.delete("node409", mine.receipt_handle)  # our claim was never touched
+    assert await worker.stop() == 0, worker.log()
