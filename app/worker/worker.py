@@ -470,9 +470,11 @@ class Worker:
     async def _release(self, job: _Job, delay: int, *, why: str) -> None:
         """Give the message back for another attempt after `delay` seconds.
 
-        The one place that releases: today a visibility change (the service has
-        no release endpoint or retry ladder yet); switch to `POST .../release`
-        here when it exists.
+        The one place the worker releases. Today the request is a visibility
+        change (the service has no release endpoint or retry ladder yet), built
+        by `_calls.release` in client.py: switching to `POST .../release` is a
+        change there, and the client-side `Backoff` then gives way to the
+        queue's ladder.
         """
         assert self._control is not None
         try:
