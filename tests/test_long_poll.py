@@ -193,3 +193,66 @@ async def test_a_timer_wakes_one_waiter_and_the_next_when_more_is_due(
     for task in waiters:
         task.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def test_long_polls_on_a_known_empty_queue_still_wake_on_send(
+    app_factory: AppClient,
+) -> None:
+    """Once a long poll found the queue empty, later ones skip the database, and
+    must still be woken by a send from any process."""
+    here = await app_factory()
+    there = await app_factory()
+    queue = await make_queue(here)
+    hub: Any = here.app.state.hub  # type: ignore[attr-defined]
+    assert await receive(here, queue, wait=1) == []  # looks, finds nothing
+    queue_id = await _queue_id(here, queue)
+    assert hub.quiet_for(queue_id) is not None
+    waiters = [asyncio.create_task(timed_receive(here, queue, wait=20)) for _ in range(3)]
+    await parked(here, queue, 3)
+    await send(there, queue)
+    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    (messages, elapsed), = [t.result() for t in done]
+    assert len(messages) == 1 and elapsed < 10
+    for task in waiters:
+        task.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def test_a_short_poll_always_looks(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client)
+    assert await receive(client, queue, wait=1) == []
+    await send(client, queue)
+    assert len(await receive(client, queue, wait=0)) == 1
+
+
+async def test_deleting_a_queue_ends_the_waits_on_it_in_every_process(
+    app_factory: AppClient,
+) -> None:
+    here = await app_factory()
+    there = await app_factory()
+    queue = await make_queue(here)
+    waiter = asyncio.create_task(here.get(f"/v1/queues/{queue}/receive", params={"wait": 20}))
+    await parked(here, queue)
+    assert (await there.delete(f"/v1/queues/{queue}")).status_code == 204
+    response = await asyncio.wait_for(waiter, timeout=10)
+    assert response.status_code == 404
+    assert response.json()["code"] == "queue_not_found"
+
+
+async def test_a_queue_change_in_another_process_is_seen_at_once(
+    app_factory: AppClient,
+) -> None:
+    here = await app_factory()
+    there = await app_factory()
+    queue = await make_queue(here, visibility_timeout=30)
+    await send(here, queue)
+    assert await receive(here, queue, wait=1, max=10)  # caches the queue here
+    await send(here, queue)
+    patched = await there.patch(f"/v1/queues/{queue}", json={"visibility_timeout": 77})
+    assert patched.status_code == 200
+    hub: Any = here.app.state.hub  # type: ignore[attr-defined]
+    service: Any = here.app.state.service  # type: ignore[attr-defined]
+    await wait_until(lambda: service._cached_queue(queue) is None)
+    (message,) = await receive(here, queue, wait=1)
+    assert message["lease_seconds"] == 77
+    assert hub.listening

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from support import wait_until
+
 from app.queue.waiting import WaitHub, payload
 
 
@@ -88,3 +90,34 @@ async def test_losing_the_listener_wakes_everyone_and_then_one_per_second() -> N
     assert not c.woken.done()
     hub.close()
     assert c.woken.done() and hub.closed
+
+
+async def test_a_queue_is_quiet_until_anything_happens_to_it() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    generation = hub.generation(1)
+    hub.mark_quiet(1, generation, due_in=None)
+    assert hub.quiet_for(1) is not None and hub.quiet_for(1) <= 60  # type: ignore[operator]
+    hub.on_notification(payload(1, ready=1))
+    assert hub.quiet_for(1) is None
+    # A look that began before the notification cannot mark the queue quiet.
+    hub.mark_quiet(1, generation, due_in=None)
+    assert hub.quiet_for(1) is None
+
+
+async def test_quiet_ends_when_the_next_message_is_due() -> None:
+    hub = WaitHub()
+    hub.set_listening(True)
+    hub.mark_quiet(2, hub.generation(2), due_in=0.01)
+    assert hub.quiet_for(2) is not None
+    await wait_until(lambda: hub.quiet_for(2) is None, seconds=5)
+
+
+async def test_nothing_is_quiet_without_the_listener() -> None:
+    hub = WaitHub()
+    hub.mark_quiet(3, hub.generation(3), due_in=None)
+    assert hub.quiet_for(3) is None
+    hub.set_listening(True)
+    hub.mark_quiet(3, hub.generation(3), due_in=None)
+    hub.set_listening(False)
+    assert hub.quiet_for(3) is None

@@ -11,12 +11,13 @@ from app.errors import InvalidParameter
 from app.queue.service import QueueService
 
 
-def _service(request: Request) -> QueueService:
+async def _service(request: Request) -> QueueService:
+    # async: FastAPI runs a plain `def` dependency in a thread pool, per request.
     service: QueueService = request.app.state.service
     return service
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

@@ -41,7 +41,10 @@ from app.queue.models import (
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.sql import Q
-from app.queue.waiting import Waiter, WaitHub, payload
+from app.queue.waiting import Waiter, WaitHub, changed_payload, payload
+
+QUEUE_CACHE_LISTENING = 60.0
+"""Seconds a cached queue lives while changes are announced (a safety net only)."""
 
 _CONNECTION_ERRORS = (
     OSError,
@@ -94,10 +97,31 @@ class _Outlook:
 
 
 class QueueService:
-    def __init__(self, engine: AsyncEngine, hub: WaitHub, signer: ReceiptSigner) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        hub: WaitHub,
+        signer: ReceiptSigner,
+        *,
+        queue_cache_seconds: float = 1.0,
+    ) -> None:
         self._engine = engine
         self._hub = hub
         self._signer = signer
+        # Receivers polling again read their queue's attributes from here, not
+        # from the database. A change or deletion is announced to every process
+        # (NOTIFY); while that channel is down, entries live only this long.
+        self._queue_cache_seconds = queue_cache_seconds
+        self._queue_cache: dict[str, tuple[float, Queue]] = {}
+        hub.on_queue_changed = self._forget_queue
+
+    def _forget_queue(self, queue_id: int | None) -> None:
+        if queue_id is None:
+            self._queue_cache.clear()
+            return
+        for name, (_, queue) in list(self._queue_cache.items()):
+            if queue.id == queue_id:
+                del self._queue_cache[name]
 
     # -- plumbing -----------------------------------------------------------
 
@@ -125,8 +149,18 @@ class QueueService:
             raise QueueNotFound(f"Queue {name!r} does not exist.")
         row = (await conn.execute(Q.get_queue, {"name": name})).one_or_none()
         if row is None:
+            self._queue_cache.pop(name, None)
             raise QueueNotFound(f"Queue {name!r} does not exist.")
-        return _queue_from_row(row)
+        queue = _queue_from_row(row)
+        lifetime = QUEUE_CACHE_LISTENING if self._hub.listening else self._queue_cache_seconds
+        self._queue_cache[name] = (time.monotonic() + lifetime, queue)
+        return queue
+
+    def _cached_queue(self, name: str) -> Queue | None:
+        entry = self._queue_cache.get(name)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1]
 
     def _receipts(
         self, queue: Queue, handles: Sequence[str]
@@ -187,26 +221,32 @@ class QueueService:
             )
             return [_queue_from_row(row) for row in rows]
 
+    async def _announce_change(self, conn: AsyncConnection, queue_id: int) -> None:
+        await conn.execute(Q.notify_queue, {"notice": changed_payload(queue_id)})
+
     async def update_queue(self, name: str, changes: dict[str, int]) -> Queue:
         params: dict[str, Any] = {key: None for key in limits.DEFAULTS}
         params.update(changes)
         async with self._transaction() as conn:
             if not limits.is_queue_name(name):
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
+            self._queue_cache.pop(name, None)
             row = (await conn.execute(Q.update_queue, {"name": name, **params})).one_or_none()
             if row is None:
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
+            await self._announce_change(conn, row.id)
             return _queue_from_row(row)
 
     async def delete_queue(self, name: str) -> None:
         async with self._transaction() as conn:
             if not limits.is_queue_name(name):
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
+            self._queue_cache.pop(name, None)
             row = (await conn.execute(Q.delete_queue, {"name": name})).one_or_none()
             if row is None:
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
-        # Its receivers here need not wait out their time for nothing.
-        self._hub.wake(row.id, self._hub.parked(row.id))
+            # Every process forgets it, and its waiting receivers stop waiting.
+            await self._announce_change(conn, row.id)
 
     async def purge(self, name: str) -> int:
         async with self._transaction() as conn:
@@ -341,39 +381,60 @@ class QueueService:
         if wait is not None:
             _check_range("wait", wait, limits.RECEIVE_WAIT)
         hub = self._hub
-        queue: Queue | None = None
+        # A receiver polling again finds its queue's attributes cached; the first
+        # look otherwise reads them in the claim's own transaction.
+        queue = self._cached_queue(name)
         lease, deadline = 0, 0.0
+        if queue is not None:
+            lease, deadline = _lease_and_deadline(queue, visibility_timeout, wait)
         waiter: Waiter | None = None
         try:
             while True:
                 if gone is not None and gone.is_set():
                     return []
+                if waiter is not None and not waiter.woken.done():
+                    return []  # the wait ran out with nothing announced
                 if waiter is not None:
                     hub.leave(waiter, used=True)  # woken: we are looking now
                     waiter = None
+                    # Dropped from the cache (changed or deleted): read it again.
+                    queue = self._cached_queue(name)
+                received: list[ReceivedMessage] = []
                 ahead: _Outlook | None = None
-                async with self._transaction() as conn:
-                    if queue is None:  # the first look: the queue is read in the same transaction
-                        queue = await self._queue(conn, name)
-                        attributes = queue.attributes
-                        lease = (
-                            attributes.visibility_timeout if visibility_timeout is None
-                            else visibility_timeout
-                        )
-                        wait_seconds = attributes.receive_wait if wait is None else wait
-                        deadline = time.monotonic() + wait_seconds
-                    if deadline > time.monotonic() and not hub.closed:
-                        # In line before looking: a send committed after the
-                        # look still reaches this receiver.
-                        waiter = hub.park(queue.id)
-                    if waiter is None:
-                        return await self._claim_rows(conn, queue, max_messages, lease)
-                    with hub.looking(waiter):
-                        received = await self._claim_rows(conn, queue, max_messages, lease)
-                        # What lies ahead matters to whoever waits: this receiver when
-                        # it found less than it asked for, the others when it took a
-                        # full batch.
-                        ahead = await self._outlook(conn, queue)
+                quiet = None
+                if queue is not None and deadline > time.monotonic() and not hub.closed:
+                    quiet = hub.quiet_for(queue.id)
+                if quiet is not None and queue is not None:
+                    # A long poll on a queue known empty since the last look (no
+                    # notification since): wait without asking the database. A
+                    # notification still on its way wakes it like any waiter.
+                    waiter = hub.park(queue.id)
+                    ahead = _Outlook(due_in=quiet, more_now=False)
+                else:
+                    async with self._transaction() as conn:
+                        if queue is None:
+                            queue = await self._queue(conn, name)
+                            if deadline == 0.0:  # the first look; later ones keep it
+                                lease, deadline = _lease_and_deadline(
+                                    queue, visibility_timeout, wait
+                                )
+                        if deadline > time.monotonic() and not hub.closed:
+                            # In line before looking: a send committed after the
+                            # look still reaches this receiver.
+                            waiter = hub.park(queue.id)
+                        if waiter is None:
+                            return await self._claim_rows(conn, queue, max_messages, lease)
+                        generation = hub.generation(queue.id)
+                        with hub.looking(waiter):
+                            received = await self._claim_rows(conn, queue, max_messages, lease)
+                            # What lies ahead matters to whoever waits: this receiver
+                            # when it found less than it asked for, the others when it
+                            # took a full batch.
+                            ahead = await self._outlook(conn, queue)
+                    if not received and not ahead.more_now:
+                        hub.mark_quiet(queue.id, generation, ahead.due_in)
+                if waiter is None:
+                    return received
                 if received:
                     hub.leave(waiter, used=False)
                     waiter = None
@@ -507,6 +568,16 @@ class QueueService:
             total += count
             if count < batch:
                 return total
+
+
+def _lease_and_deadline(
+    queue: Queue, visibility_timeout: int | None, wait: int | None
+) -> tuple[int, float]:
+    """The lease a receive asks for and the monotonic moment its wait ends."""
+    attributes = queue.attributes
+    lease = attributes.visibility_timeout if visibility_timeout is None else visibility_timeout
+    wait_seconds = attributes.receive_wait if wait is None else wait
+    return lease, time.monotonic() + wait_seconds
 
 
 async def _wait_any(

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -42,6 +42,11 @@ def payload(queue_id: int, ready: int, due_in: float | None = None) -> str:
     """A notification: `ready` messages of `queue_id` are visible now, and the next
     delayed one (if any) is due in `due_in` seconds."""
     return f"{queue_id}:{ready}:{'' if due_in is None else f'{due_in:.3f}'}"
+
+
+def changed_payload(queue_id: int) -> str:
+    """A notification: the queue's attributes changed, or it was deleted."""
+    return f"{queue_id}:changed"
 
 
 class Waiter:
@@ -73,6 +78,12 @@ class WaitHub:
         self.closed = False
         self.wakeups = 0
         """Wake-ups delivered so far (a herd shows here first)."""
+        # Known-empty queues: (generation seen, quiet until (loop time)). Any
+        # event for a queue bumps its generation and so ends its quiet.
+        self._generation: dict[int, int] = {}
+        self._quiet: dict[int, tuple[int, float]] = {}
+        self.on_queue_changed: Callable[[int | None], None] = lambda _queue_id: None
+        """Called with a queue id whose attributes changed (None: perhaps any)."""
 
     # -- receivers ------------------------------------------------------------
 
@@ -123,6 +134,36 @@ class WaitHub:
             for w in line.waiters if w.idle and not w.woken.done()
         )
 
+    # -- known-empty queues -----------------------------------------------------
+
+    def generation(self, queue_id: int) -> int:
+        """Changes whenever something may have become visible in the queue."""
+        return self._generation.get(queue_id, 0)
+
+    def _bump(self, queue_id: int) -> None:
+        self._generation[queue_id] = self._generation.get(queue_id, 0) + 1
+        self._quiet.pop(queue_id, None)
+
+    def mark_quiet(self, queue_id: int, generation: int, due_in: float | None) -> None:
+        """A claim that started at `generation` found the queue empty, with its
+        next message due in `due_in` seconds (None: nothing pending). Until
+        then, and unless a notification says otherwise, looking is pointless."""
+        if not self._listening or generation != self.generation(queue_id):
+            return
+        # With nothing pending, still look again within a minute: a safety net
+        # for any change that might not announce itself.
+        quiet = 60.0 if due_in is None else min(due_in, 60.0)
+        until = asyncio.get_running_loop().time() + quiet
+        self._quiet[queue_id] = (generation, until)
+
+    def quiet_for(self, queue_id: int) -> float | None:
+        """Seconds the queue is known to stay empty, or None when unknown."""
+        entry = self._quiet.get(queue_id)
+        if entry is None or not self._listening or entry[0] != self.generation(queue_id):
+            return None
+        remaining = entry[1] - asyncio.get_running_loop().time()
+        return remaining if remaining > 0 else None
+
     # -- wake-ups ---------------------------------------------------------------
 
     def wake(self, queue_id: int, count: int) -> None:
@@ -157,6 +198,7 @@ class WaitHub:
         line.timer = loop.call_at(when, self._timer_fired, queue_id)
 
     def _timer_fired(self, queue_id: int) -> None:
+        self._bump(queue_id)
         line = self._lines.get(queue_id)
         if line is not None:
             line.timer = None
@@ -170,6 +212,16 @@ class WaitHub:
             del self._lines[queue_id]
 
     def on_notification(self, text: str) -> None:
+        if text.endswith(":changed"):
+            try:
+                changed = int(text.split(":")[0])
+            except ValueError:
+                _log.warning("ignoring malformed notification %r", text)
+                return
+            self.on_queue_changed(changed)
+            self._bump(changed)
+            self.wake(changed, len(self._lines[changed].waiters) if changed in self._lines else 0)
+            return
         try:
             queue_part, ready_part, due_part = text.split(":")
             queue_id, ready = int(queue_part), int(ready_part)
@@ -177,6 +229,7 @@ class WaitHub:
         except ValueError:
             _log.warning("ignoring malformed notification %r", text)
             return
+        self._bump(queue_id)
         if ready > 0:
             self.wake(queue_id, ready)
         if due_in is not None:
@@ -192,6 +245,8 @@ class WaitHub:
         if listening == self._listening:
             return
         self._listening = listening
+        self._quiet.clear()
+        self.on_queue_changed(None)
         if listening:
             if self._degraded_task is not None:
                 self._degraded_task.cancel()
