@@ -18,6 +18,8 @@ from app.worker.errors import CancelReason, HandlerCancelled
 from app.worker.lease import LeaseClock, save_checkpoint
 from app.worker.models import Lease, Message
 
+CHECKPOINT_WAIT = 120.0
+
 
 class _Base:
     def __init__(
@@ -84,7 +86,8 @@ class Context(_Base):
         `HandlerCancelled` when the claim is gone."""
         self.raise_if_cancelled()
         future = asyncio.run_coroutine_threadsafe(self._checkpoint_call(cursor), self._loop)
-        return self._granted(future.result())
+        # The request has its own HTTP timeout; this only bounds a loop that has gone.
+        return self._granted(future.result(timeout=CHECKPOINT_WAIT))
 
 
 class AsyncContext(_Base):
