@@ -41,6 +41,15 @@ class Settings(BaseSettings):
     retention_sweep_seconds: float = Field(
         default=60.0, gt=0, description="How often expired messages are deleted."
     )
+    redrive_scan_seconds: float = Field(
+        default=10.0, gt=0,
+        description="How often a process looks for redrive tasks whose runner died.",
+    )
+    redrive_hold_seconds: int = Field(
+        default=30, ge=1, le=3600,
+        description="How long a redrive task's runner holds it between batches; a crashed "
+        "runner's task is taken over after this.",
+    )
     max_batch: int = Field(
         default=100, ge=1, le=1000, description="Most entries in one batch request."
     )

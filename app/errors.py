@@ -7,7 +7,11 @@
      │    ├── LeaseLost              the claim named by a receipt handle is gone
      │    ├── InvalidReceiptHandle   forged, garbled, or for another queue
      │    ├── MessageTooLarge
-     │    └── InvalidParameter       a value outside its documented limits
+     │    ├── InvalidParameter       a value outside its documented limits
+     │    ├── InvalidRedrivePolicy   a dead-letter queue that is missing or the queue itself
+     │    ├── QueueInUse             named as another queue's dead-letter queue
+     │    ├── TaskNotFound           no such redrive task
+     │    └── RedriveInProgress      a dead-letter queue already being redriven
      ├── DatabaseUnavailable         PostgreSQL cannot be reached right now
      └── EmbeddedPostgresError       the embedded server could not be run
 
@@ -52,6 +56,22 @@ class MessageTooLarge(QueueError):
 
 class InvalidParameter(QueueError):
     """A parameter is outside its allowed range."""
+
+
+class InvalidRedrivePolicy(QueueError):
+    """The redrive policy is invalid."""
+
+
+class QueueInUse(QueueError):
+    """The queue is another queue's dead-letter queue."""
+
+
+class TaskNotFound(QueueError):
+    """The redrive task does not exist."""
+
+
+class RedriveInProgress(QueueError):
+    """A redrive of this dead-letter queue is already running."""
 
 
 class DatabaseUnavailable(LeaseqError):

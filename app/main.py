@@ -14,10 +14,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import problems
-from app.api.routes import health, messages, queues
+from app.api.routes import health, messages, queues, redrive
 from app.config import Settings, get_settings
 from app.db.engine import create_engine
 from app.queue.receipts import ReceiptSigner
+from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
 from app.queue.waiting import Listener, WaitHub
@@ -111,18 +112,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.listener = listener
         app.state.service = service
         app.state.swept = asyncio.Event()
-        listener.start()
-        sweeper = asyncio.create_task(
-            sweep_forever(service, settings.retention_sweep_seconds, app.state.swept),
-            name="leaseq-retention",
+        app.state.redrives = redrives = Redrives(
+            service, hold_seconds=settings.redrive_hold_seconds
         )
+        app.state.redrive_idle = asyncio.Event()
+        listener.start()
+        background = [
+            asyncio.create_task(
+                sweep_forever(service, settings.retention_sweep_seconds, app.state.swept),
+                name="leaseq-retention",
+            ),
+            asyncio.create_task(
+                redrives.run_forever(settings.redrive_scan_seconds, app.state.redrive_idle),
+                name="leaseq-redrive",
+            ),
+        ]
         try:
             yield
         finally:
             hub.close()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await listener.stop()
             await engine.dispose()
 
@@ -140,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install_openapi(app)
     app.include_router(queues.router)
     app.include_router(messages.router)
+    app.include_router(redrive.router)
     app.include_router(health.router)
     app.add_middleware(LimitBodyAndCount, max_bytes=settings.max_request_bytes, counts=counts)
     return app

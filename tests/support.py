@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -43,3 +44,25 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> No
     async with asyncio.timeout(seconds):
         while not predicate():  # noqa: ASYNC110 - the state has no event to wait on
             await asyncio.sleep(0.005)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 20.0) -> None:
+    """Until the async `check()` holds (a state read over the API or SQL); fails
+    after `seconds`."""
+    async with asyncio.timeout(seconds):
+        while not await check():  # noqa: ASYNC110 - polling a remote state
+            await asyncio.sleep(0.02)
+
+
+def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A named query of app/queue/queries.sql in asyncpg's $n form, with its arguments."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in order:
+            order.append(name)
+        return f"${order.index(name) + 1}"
+
+    text = re.sub(r"(?<!:):([a-z_]+)\b", number, sql)
+    return text, [params[name] for name in order]

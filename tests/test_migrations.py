@@ -28,6 +28,9 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
         await admin.close()
 
 
+SCHEMA = {"alembic_version", "queues", "messages", "redrive_tasks"}
+
+
 async def _tables(url: str) -> set[str]:
     conn = await asyncpg.connect(plain_url(url))
     try:
@@ -41,8 +44,8 @@ async def _tables(url: str) -> set[str]:
 
 async def test_upgrade_downgrade_upgrade(empty_database: str) -> None:
     await asyncio.to_thread(upgrade, empty_database)
-    assert await _tables(empty_database) == {"alembic_version", "queues", "messages"}
+    assert await _tables(empty_database) == SCHEMA
     await asyncio.to_thread(command.downgrade, alembic_config(empty_database), "base")
     assert await _tables(empty_database) == {"alembic_version"}
     await asyncio.to_thread(upgrade, empty_database)
-    assert await _tables(empty_database) == {"alembic_version", "queues", "messages"}
+    assert await _tables(empty_database) == SCHEMA

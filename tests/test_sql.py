@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-from support import make_queue
+from support import make_queue, positional
 
 from app.queue.sql import SOURCE
 
@@ -29,11 +29,12 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
         queue_id,
     )
     await db.execute("ANALYZE messages")
-    claim = SOURCE["claim_messages"]
-    sql = re.sub(r":(\w+)", lambda m: {"queue_id": "$1", "visibility_timeout": "$2",
-                                        "retention": "$3", "max": "$4"}[m.group(1)], claim)
+    sql, args = positional(SOURCE["claim_messages"], {
+        "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
+        "dead_letter_queue_id": None, "max_receive_count": None,
+    })
     async with db.transaction():
-        plan = await db.fetch(f"EXPLAIN {sql}", queue_id, 30, 345600, 10)
+        plan = await db.fetch(f"EXPLAIN {sql}", *args)
     text = "\n".join(row[0] for row in plan)
     assert "messages_claim" in text, text
     assert "Seq Scan on messages" not in text, text

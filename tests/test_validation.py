@@ -38,6 +38,9 @@ DEFAULTS = {
     "delay": 0,
     "receive_wait": 0,
     "max_message_bytes": 1_048_576,
+    "dead_letter_queue": None,
+    "max_receive_count": None,
+    "retry_backoff": None,
 }
 B64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
 
@@ -145,7 +148,7 @@ async def test_queue_attributes_must_be_integers(client: httpx.AsyncClient) -> N
 async def test_unknown_queue_fields_are_rejected(client: httpx.AsyncClient) -> None:
     queue = await make_queue(client, "known")
     for extra in ({"colour": "red"}, {"VisibilityTimeout": 30}, {"fifo": True},
-                  {"dead_letter_queue": "dlq"}, {"stats": {}}):
+                  {"redrive_policy": "dlq"}, {"stats": {}}):
         expect_invalid(await client.post("/v1/queues", json={"name": "x", **extra}))
         expect_invalid(await client.patch(f"/v1/queues/{queue}", json=extra))
     # A queue's name is not an attribute to change.
@@ -779,6 +782,13 @@ ENDPOINTS = [
     ("PUT", "/v1/queues/{queue}/messages/{receipt_handle}/checkpoint"),
     ("POST", "/v1/queues/{queue}/messages/visibility"),
     ("POST", "/v1/queues/{queue}/messages/delete"),
+    ("POST", "/v1/queues/{queue}/messages/{receipt_handle}/release"),
+    ("GET", "/v1/queues/{queue}/messages"),
+    ("GET", "/v1/queues/{queue}/dead-letter-sources"),
+    ("POST", "/v1/queues/{queue}/redrive"),
+    ("GET", "/v1/queues/{queue}/redrive"),
+    ("GET", "/v1/redrive-tasks/{task_id}"),
+    ("DELETE", "/v1/redrive-tasks/{task_id}"),
 ]
 
 
@@ -862,6 +872,9 @@ def _plausible_body(rng: random.Random, template: str, handle: str) -> bytes:
         "/v1/queues/{queue}/messages/visibility": lambda: {"entries": [
             {"receipt_handle": handle, "timeout": value()}]},
         "/v1/queues/{queue}/messages/delete": lambda: {"receipt_handles": [handle, text()]},
+        "/v1/queues/{queue}/messages/{receipt_handle}/release": lambda: {"delay": value()},
+        "/v1/queues/{queue}/redrive": lambda: {
+            rng.choice(["destination", "max_per_second"]): rng.choice([value(), text()])},
     }
     return raw(shapes[template]()).encode()
 
@@ -910,7 +923,8 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
         handle = rng.choice(handles) if handles else "A" * 66
         if rng.random() < 0.6:
             handle = _mutate_handle(rng, handle) if rng.random() < 0.7 else _random_text(rng)
-        path = template.format(queue=_segment(queue), receipt_handle=_segment(handle) or "h")
+        path = template.format(queue=_segment(queue), receipt_handle=_segment(handle) or "h",
+                               task_id=_segment(_random_text(rng)) or "t")
         params: dict[str, str] = {}
         if method == "GET":
             # Never a long poll: wait is always 0 or invalid.

@@ -15,11 +15,15 @@ from app.errors import (
     DatabaseUnavailable,
     InvalidParameter,
     InvalidReceiptHandle,
+    InvalidRedrivePolicy,
     LeaseLost,
     LeaseqError,
     MessageTooLarge,
     QueueAlreadyExists,
+    QueueInUse,
     QueueNotFound,
+    RedriveInProgress,
+    TaskNotFound,
 )
 
 _log = logging.getLogger(__name__)
@@ -34,6 +38,10 @@ STATUS: dict[type[LeaseqError], tuple[int, str]] = {
     InvalidReceiptHandle: (400, "invalid_receipt_handle"),
     MessageTooLarge: (413, "message_too_large"),
     InvalidParameter: (422, "validation_error"),
+    InvalidRedrivePolicy: (400, "invalid_redrive_policy"),
+    QueueInUse: (409, "queue_in_use"),
+    TaskNotFound: (404, "task_not_found"),
+    RedriveInProgress: (409, "redrive_in_progress"),
     DatabaseUnavailable: (503, "database_unavailable"),
 }
 

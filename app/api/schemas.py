@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     StringConstraints,
     Tag,
+    model_validator,
 )
 
-from app.queue import limits
-from app.queue.models import Queue, QueueStats, ReceivedMessage
+from app.queue import attributes, limits
+from app.queue.models import (
+    PeekedMessage,
+    Queue,
+    QueueStats,
+    ReceivedMessage,
+    RedriveTask,
+    RetryBackoff,
+)
 
 MAX_CURSOR_BYTES = 64 * 1024
 
@@ -81,6 +91,7 @@ def _ranged(bounds: tuple[int, int]) -> Any:
 
 
 QueueName = Annotated[str, StringConstraints(pattern=limits.QUEUE_NAME.pattern)]
+QueueNameOrEmpty = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,80}$")]
 Body = Annotated[str, Field(min_length=1), AfterValidator(_sqs_text)]
 Attributes = Annotated[dict[str, str], AfterValidator(_attribute_map)]
 Cursor = Annotated[Any, AfterValidator(_storable_json)]
@@ -90,19 +101,59 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RetryBackoffIn(_Strict):
+    """A release without a delay waits min(max, initial * multiplier^(receive_count-1))
+    seconds, less up to `jitter` (a fraction) of it at random."""
+
+    initial: float = Field(ge=limits.RETRY_SECONDS[0], le=limits.RETRY_SECONDS[1])
+    multiplier: float = Field(
+        default=2.0, ge=limits.RETRY_MULTIPLIER[0], le=limits.RETRY_MULTIPLIER[1]
+    )
+    max: float = Field(ge=limits.RETRY_SECONDS[0], le=limits.RETRY_SECONDS[1])
+    jitter: float = Field(default=0.0, ge=limits.RETRY_JITTER[0], le=limits.RETRY_JITTER[1])
+
+
 class QueueAttributesIn(_Strict):
     visibility_timeout: int | None = _ranged(limits.VISIBILITY_TIMEOUT)
     message_retention: int | None = _ranged(limits.MESSAGE_RETENTION)
     delay: int | None = _ranged(limits.DELAY)
     receive_wait: int | None = _ranged(limits.RECEIVE_WAIT)
     max_message_bytes: int | None = _ranged(limits.MAX_MESSAGE_BYTES)
+    dead_letter_queue: QueueNameOrEmpty | None = Field(
+        default=None,
+        description="Redrive policy: where exhausted messages go. Null or \"\" in a "
+        "PATCH removes the policy.",
+    )
+    max_receive_count: int | None = Field(
+        default=None, ge=limits.MAX_RECEIVE_COUNT[0], le=limits.MAX_RECEIVE_COUNT[1], strict=True,
+        description="Redrive policy: receives before a message is dead-lettered.",
+    )
+    retry_backoff: RetryBackoffIn | None = Field(
+        default=None, description="Retry ladder for releases; null in a PATCH removes it."
+    )
 
-    def given(self) -> dict[str, int]:
-        return {k: v for k, v in self.model_dump().items() if k != "name" and v is not None}
+    def changes(self) -> dict[str, Any]:
+        """The attributes given. Null means "not given", except for the removable
+        ones, where a null given explicitly removes them."""
+        out: dict[str, Any] = {}
+        for name in self.model_fields_set - {"name"}:
+            value = getattr(self, name)
+            if name == "retry_backoff" and value is not None:
+                value = RetryBackoff(**value.model_dump())
+            if value is not None or name in attributes.REMOVABLE:
+                out[name] = value
+        return out
 
 
 class QueueCreate(QueueAttributesIn):
     name: QueueName
+
+
+class RetryBackoffOut(BaseModel):
+    initial: float
+    multiplier: float
+    max: float
+    jitter: float
 
 
 class QueueAttributesOut(BaseModel):
@@ -111,6 +162,9 @@ class QueueAttributesOut(BaseModel):
     delay: int
     receive_wait: int
     max_message_bytes: int
+    dead_letter_queue: str | None
+    max_receive_count: int | None
+    retry_backoff: RetryBackoffOut | None
 
 
 class StatsOut(BaseModel):
@@ -130,7 +184,9 @@ class QueueOut(BaseModel):
     def of(cls, queue: Queue) -> QueueOut:
         return cls(
             name=queue.name,
-            attributes=QueueAttributesOut(**queue.attributes.__dict__),
+            attributes=QueueAttributesOut.model_validate(
+                asdict(queue.attributes)
+            ),
             created_at=queue.created_at,
             updated_at=queue.updated_at,
         )
@@ -158,7 +214,19 @@ class Purged(BaseModel):
 class MessageIn(_Strict):
     body: Body
     delay: int | None = _ranged(limits.DELAY)
+    not_before: AwareDatetime | None = Field(
+        default=None,
+        description="Deliver no earlier than this time, as judged by the database's clock "
+        "when the message is sent (beyond SQS; at most the queue's retention ahead). "
+        "Not together with delay.",
+    )
     attributes: Attributes = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> MessageIn:
+        if self.delay is not None and self.not_before is not None:
+            raise ValueError("give delay or not_before, not both")
+        return self
 
 
 class MessageBatchIn(_Strict):
@@ -241,3 +309,76 @@ class DeleteBatchIn(_Strict):
 
 class CheckpointIn(_Strict):
     cursor: Cursor
+
+
+class ReleaseIn(_Strict):
+    delay: int | None = Field(
+        default=None, ge=limits.RELEASE_DELAY[0], le=limits.RELEASE_DELAY[1], strict=True,
+        description="Seconds until the message is visible again; default: the queue's "
+        "retry ladder, or at once without one.",
+    )
+
+
+class ReleasedOut(BaseModel):
+    delay_seconds: float
+    visible_at: datetime
+
+
+class PeekedOut(BaseModel):
+    message_id: str
+    body: str
+    truncated: bool
+    attributes: dict[str, str]
+    state: str
+    receive_count: int
+    sent_at: datetime
+    first_received_at: datetime | None
+    visible_at: datetime
+    checkpoint: Any
+    dead_letter_source: str | None
+
+    @classmethod
+    def of(cls, message: PeekedMessage) -> PeekedOut:
+        values = asdict(message)
+        values.pop("cursor")
+        return cls(**values)
+
+
+class PeekOut(BaseModel):
+    messages: list[PeekedOut]
+    next_after: str | None = Field(
+        description="Pass as `after` for the next page; null on the last page."
+    )
+
+
+class DeadLetterSourcesOut(BaseModel):
+    queues: list[str]
+
+
+class RedriveIn(_Strict):
+    destination: QueueName | None = Field(
+        default=None, description="Default: each message's own source queue."
+    )
+    max_per_second: int | None = Field(default=None, ge=1, le=100_000, strict=True)
+
+
+class RedriveTaskOut(BaseModel):
+    task_id: str
+    source: str
+    destination: str | None
+    status: str
+    moved: int
+    remaining: int
+    to_move_at_start: int
+    max_per_second: int | None
+    failure: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, task: RedriveTask) -> RedriveTaskOut:
+        return cls(**asdict(task))
+
+
+class RedriveTaskList(BaseModel):
+    tasks: list[RedriveTaskOut]

@@ -12,6 +12,11 @@ DELAY = (0, 900)  # seconds
 RECEIVE_WAIT = (0, 20)  # seconds
 MAX_MESSAGE_BYTES = (1_024, 1_048_576)
 RECEIVE_MAX = (1, 10)
+MAX_RECEIVE_COUNT = (1, 1_000)  # redrive policy
+RETRY_SECONDS = (0, 43_200)  # retry ladder: initial and max delay
+RETRY_MULTIPLIER = (1, 100)
+RETRY_JITTER = (0, 1)
+RELEASE_DELAY = (0, 43_200)
 
 DEFAULTS: dict[str, int] = {
     "visibility_timeout": 30,

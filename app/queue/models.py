@@ -10,12 +10,26 @@ JSON = Any
 
 
 @dataclass(frozen=True)
+class RetryBackoff:
+    """The retry ladder: a release without a delay waits
+    min(max, initial * multiplier^(receive_count - 1)), less up to `jitter` of it."""
+
+    initial: float
+    multiplier: float
+    max: float
+    jitter: float
+
+
+@dataclass(frozen=True)
 class QueueAttributes:
     visibility_timeout: int
     message_retention: int
     delay: int
     receive_wait: int
     max_message_bytes: int
+    dead_letter_queue: str | None = None
+    max_receive_count: int | None = None
+    retry_backoff: RetryBackoff | None = None
 
 
 @dataclass(frozen=True)
@@ -25,6 +39,7 @@ class Queue:
     attributes: QueueAttributes
     created_at: datetime
     updated_at: datetime
+    dead_letter_queue_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,7 @@ class OutgoingMessage:
     body: str
     attributes: dict[str, str] = field(default_factory=dict)
     delay: int | None = None  # None: the queue's default
+    not_before: datetime | None = None  # judged against the database's clock
 
 
 @dataclass(frozen=True)
@@ -72,7 +88,48 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Released:
+    """What a release leaves: visible again after this delay (database clock)."""
+
+    delay_seconds: float
+    visible_at: datetime
+
+
+@dataclass(frozen=True)
 class EntryError:
     """One failed entry of a batch; `error` is the exception the single form raises."""
 
     error: Exception
+
+
+@dataclass(frozen=True)
+class PeekedMessage:
+    """A message as an operator sees it, without claiming it."""
+
+    message_id: str
+    body: str
+    truncated: bool
+    attributes: dict[str, str]
+    state: str
+    receive_count: int
+    sent_at: datetime
+    first_received_at: datetime | None
+    visible_at: datetime
+    checkpoint: JSON
+    dead_letter_source: str | None
+    cursor: str
+
+
+@dataclass(frozen=True)
+class RedriveTask:
+    task_id: str
+    source: str
+    destination: str | None
+    status: str
+    moved: int
+    remaining: int
+    to_move_at_start: int
+    max_per_second: int | None
+    failure: str | None
+    created_at: datetime
+    updated_at: datetime

@@ -12,42 +12,90 @@
 
 -- name: create_queue
 -- Creates a queue; returns no row when the name is already taken.
-INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
-                    max_message_bytes)
-VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
-        :max_message_bytes)
-ON CONFLICT (name) DO NOTHING
-RETURNING id, name, visibility_timeout, message_retention, delay, receive_wait,
-          max_message_bytes, created_at, updated_at;
+WITH created AS (
+    INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
+                        max_message_bytes, dead_letter_queue_id, max_receive_count,
+                        retry_initial, retry_multiplier, retry_max, retry_jitter)
+    VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
+            :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
+            :retry_initial, :retry_multiplier, :retry_max, :retry_jitter)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING *
+)
+SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.created_at, q.updated_at
+FROM created AS q
+LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: get_queue
--- One queue by name.
-SELECT id, name, visibility_timeout, message_retention, delay, receive_wait,
-       max_message_bytes, created_at, updated_at
-FROM queues
-WHERE name = :name;
+-- One queue by name, with its dead-letter queue's name.
+SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.created_at, q.updated_at
+FROM queues AS q
+LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+WHERE q.name = :name;
+
+-- name: get_queue_for_update
+-- The same, locked: a change reads and writes one version of the queue.
+SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.created_at, q.updated_at
+FROM queues AS q
+LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+WHERE q.name = :name
+FOR UPDATE OF q;
+
+-- name: queue_id_by_name
+-- A queue's id, to resolve a dead-letter queue named in a redrive policy;
+-- FOR SHARE keeps it from being deleted before the policy is committed.
+SELECT id FROM queues WHERE name = :name FOR SHARE;
 
 -- name: list_queues
 -- Queues whose name starts with a prefix, in name order, one page after a name.
-SELECT id, name, visibility_timeout, message_retention, delay, receive_wait,
-       max_message_bytes, created_at, updated_at
-FROM queues
-WHERE starts_with(name, :prefix) AND name > :after
-ORDER BY name
+SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.created_at, q.updated_at
+FROM queues AS q
+LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+WHERE starts_with(q.name, :prefix) AND q.name > :after
+ORDER BY q.name
 LIMIT :limit;
 
 -- name: update_queue
--- Changes the attributes given (NULL keeps the current value).
-UPDATE queues
-SET visibility_timeout = coalesce(CAST(:visibility_timeout AS integer), visibility_timeout),
-    message_retention  = coalesce(CAST(:message_retention AS integer), message_retention),
-    delay              = coalesce(CAST(:delay AS integer), delay),
-    receive_wait       = coalesce(CAST(:receive_wait AS integer), receive_wait),
-    max_message_bytes  = coalesce(CAST(:max_message_bytes AS integer), max_message_bytes),
-    updated_at         = statement_timestamp()
-WHERE name = :name
-RETURNING id, name, visibility_timeout, message_retention, delay, receive_wait,
-          max_message_bytes, created_at, updated_at;
+-- Writes every attribute (the caller merged the change into the current ones).
+WITH updated AS (
+    UPDATE queues
+    SET visibility_timeout   = :visibility_timeout,
+        message_retention    = :message_retention,
+        delay                = :delay,
+        receive_wait         = :receive_wait,
+        max_message_bytes    = :max_message_bytes,
+        dead_letter_queue_id = :dead_letter_queue_id,
+        max_receive_count    = :max_receive_count,
+        retry_initial        = :retry_initial,
+        retry_multiplier     = :retry_multiplier,
+        retry_max            = :retry_max,
+        retry_jitter         = :retry_jitter,
+        updated_at           = statement_timestamp()
+    WHERE id = :id
+    RETURNING *
+)
+SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.created_at, q.updated_at
+FROM updated AS q
+LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
+
+-- name: dead_letter_sources
+-- Queues that name this one as their dead-letter queue.
+SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 
 -- name: delete_queue
 -- Deletes a queue; its messages go with it (ON DELETE CASCADE).
@@ -69,18 +117,33 @@ WHERE queue_id = :queue_id
   AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
 
 -- name: send_messages
--- Inserts a batch in input order; :notice (see app/queue/waiting.py) wakes
--- waiting receivers once the transaction commits.
+-- Inserts a batch in input order. The notification (app/queue/waiting.py:
+-- queue:ready-now:next-due-in) wakes waiting receivers once the transaction
+-- commits; every row carries the same payload, which PostgreSQL sends once.
+-- A `not_before` schedule becomes an interval here, measured on the database's
+-- clock at this statement (between now and the end of retention); the
+-- deadline is still statement_timestamp() plus an interval.
 WITH sent AS (
     INSERT INTO messages (queue_id, body, attributes, visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb),
-           statement_timestamp() + m.delay * interval '1 second'
+           statement_timestamp() + CASE
+               WHEN m.not_before IS NULL THEN m.delay * interval '1 second'
+               ELSE greatest(interval '0',
+                             least(m.not_before - statement_timestamp(),
+                                   CAST(:retention AS integer) * interval '1 second'))
+           END
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
-                CAST(:delays AS integer[])) WITH ORDINALITY AS m(body, attributes, delay, ord)
+                CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]))
+         WITH ORDINALITY AS m(body, attributes, delay, not_before, ord)
     ORDER BY m.ord
-    RETURNING id, message_id, sent_at
+    RETURNING id, message_id, sent_at,
+              extract(epoch FROM visible_at - statement_timestamp()) AS due_in
 )
-SELECT sent.message_id, sent.sent_at, pg_notify('leaseq', :notice) AS notified
+SELECT sent.message_id, sent.sent_at, sent.due_in,
+       pg_notify('leaseq', format('%s:%s:%s', CAST(:queue_id AS bigint),
+           count(*) FILTER (WHERE sent.due_in <= 0) OVER (),
+           coalesce(round(min(sent.due_in) FILTER (WHERE sent.due_in > 0) OVER (), 3)::text,
+                    ''))) AS notified
 FROM sent
 ORDER BY sent.id;
 
@@ -90,26 +153,53 @@ ORDER BY sent.id;
 -- is needed) and it is within retention. The deadline moves in the same
 -- UPDATE, so a row is never handed out twice; SKIP LOCKED lets concurrent
 -- receivers take different rows instead of queueing on the same ones.
-UPDATE messages AS m
-SET visible_at        = statement_timestamp()
-                        + CAST(:visibility_timeout AS integer) * interval '1 second',
-    claim_token       = gen_random_uuid(),
-    fencing_token     = nextval('fencing_tokens'),
-    receive_count     = m.receive_count + 1,
-    leased            = true,
-    first_received_at = coalesce(m.first_received_at, statement_timestamp())
-WHERE m.id = ANY (ARRAY(
-    SELECT c.id
+-- Under a redrive policy, a candidate already received max_receive_count
+-- times is moved to the dead-letter queue by the same statement instead: it
+-- is never delivered once more, and never between the two queues. The
+-- receive count is read from the locked row, so concurrent receivers agree.
+-- Always one row at least: `dead` counts the moved ones; `id` is NULL when
+-- nothing was claimed.
+WITH candidates AS (
+    SELECT c.id, c.receive_count
     FROM messages AS c
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
     ORDER BY c.visible_at
     LIMIT :max
-    FOR UPDATE SKIP LOCKED))
-RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
-          m.receive_count, m.claim_token, m.fencing_token, m.visible_at AS lease_expires_at,
-          m.sent_at, m.first_received_at, CAST(m.checkpoint AS text) AS checkpoint;
+    FOR UPDATE SKIP LOCKED
+),
+dead AS (
+    UPDATE messages AS m
+    SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
+        dead_letter_source_id = m.queue_id,
+        visible_at            = statement_timestamp(),
+        leased                = false
+    FROM candidates AS c
+    WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
+    RETURNING m.id
+),
+claimed AS (
+    UPDATE messages AS m
+    SET visible_at        = statement_timestamp()
+                            + CAST(:visibility_timeout AS integer) * interval '1 second',
+        claim_token       = gen_random_uuid(),
+        fencing_token     = nextval('fencing_tokens'),
+        receive_count     = m.receive_count + 1,
+        leased            = true,
+        first_received_at = coalesce(m.first_received_at, statement_timestamp())
+    FROM candidates AS c
+    WHERE m.id = c.id
+      AND (CAST(:max_receive_count AS integer) IS NULL
+           OR c.receive_count < CAST(:max_receive_count AS integer))
+    RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+              m.receive_count, m.claim_token, m.fencing_token,
+              m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
+              CAST(m.checkpoint AS text) AS checkpoint
+)
+SELECT (SELECT count(*) FROM dead) AS dead, claimed.*
+FROM (SELECT 1) AS always_one_row
+LEFT JOIN claimed ON true;
 
 -- name: queue_outlook
 -- For waiting receivers, after a claim: whether more messages are claimable
@@ -149,6 +239,24 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.timeout,
 -- Wakes waiting receivers of a queue once the transaction commits.
 SELECT pg_notify('leaseq', :notice);
 
+-- name: release_message
+-- A worker gives a message back after a failure, conditional on the claim.
+-- The delay is the one asked for, else the queue's retry ladder for the
+-- message's receive count (initial * multiplier^(count-1), at most max, less
+-- up to `jitter` of it at random), else 0: visible at once.
+UPDATE messages AS m
+SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
+        CAST(:delay AS double precision),
+        least(q.retry_max,
+              q.retry_initial * power(q.retry_multiplier, least(greatest(m.receive_count - 1, 0), 64)))
+            * (1 - q.retry_jitter * random()),
+        0)),
+    leased = false
+FROM queues AS q
+WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
+RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
+          m.visible_at;
+
 -- name: delete_messages
 -- Acknowledgement, conditional on the claim.
 DELETE FROM messages AS m
@@ -177,3 +285,124 @@ WHERE id = ANY (ARRAY(
     WHERE m.sent_at <= statement_timestamp() - q.message_retention * interval '1 second'
     LIMIT :limit
     FOR UPDATE OF m SKIP LOCKED));
+
+-- name: peek_messages
+-- Messages of a queue for an operator, without claiming them: by state, in
+-- id order, one page after an id; bodies cut to :body_chars characters.
+SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
+       length(m.body) > :body_chars AS truncated,
+       CAST(m.attributes AS text) AS attributes, m.receive_count, m.sent_at,
+       m.first_received_at, m.visible_at, CAST(m.checkpoint AS text) AS checkpoint,
+       source.name AS dead_letter_source,
+       CASE WHEN m.visible_at <= statement_timestamp() THEN 'visible'
+            WHEN m.leased THEN 'in_flight'
+            ELSE 'delayed' END AS state
+FROM messages AS m
+LEFT JOIN queues AS source ON source.id = m.dead_letter_source_id
+WHERE m.queue_id = :queue_id
+  AND m.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+  AND m.id > :after
+  AND (CAST(:state AS text) IS NULL
+       OR CAST(:state AS text) = CASE WHEN m.visible_at <= statement_timestamp() THEN 'visible'
+                                      WHEN m.leased THEN 'in_flight'
+                                      ELSE 'delayed' END)
+ORDER BY m.id
+LIMIT :limit;
+
+-- name: create_redrive_task
+-- Starts moving a dead-letter queue's messages back; fails on the unique index
+-- when a task for that queue is already running.
+INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, max_per_second,
+                           to_move_at_start)
+SELECT :source_queue_id, :destination_queue_id, :max_per_second, count(*)
+FROM messages
+WHERE queue_id = :source_queue_id
+RETURNING id;
+
+-- name: get_redrive_task
+-- A task with its queues' names and what is left to move, counted live.
+SELECT t.id, t.status, t.moved, t.to_move_at_start, t.max_per_second, t.failure,
+       t.created_at, t.updated_at, source.name AS source, destination.name AS destination,
+       (SELECT count(*) FROM messages AS m
+        WHERE m.queue_id = t.source_queue_id
+          AND coalesce(t.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
+       ) AS remaining
+FROM redrive_tasks AS t
+JOIN queues AS source ON source.id = t.source_queue_id
+LEFT JOIN queues AS destination ON destination.id = t.destination_queue_id
+WHERE t.id = :task_id;
+
+-- name: list_redrive_tasks
+-- The tasks of one dead-letter queue, newest first.
+SELECT t.id
+FROM redrive_tasks AS t
+WHERE t.source_queue_id = :source_queue_id
+ORDER BY t.created_at DESC
+LIMIT :limit;
+
+-- name: cancel_redrive_task
+-- Stops a running task; what it moved stays moved.
+UPDATE redrive_tasks
+SET status = 'cancelled', updated_at = statement_timestamp()
+WHERE id = :task_id AND status = 'running'
+RETURNING id;
+
+-- name: take_redrive_task
+-- A running task nobody holds (its runner finished a batch or died), taken
+-- for :hold seconds.
+UPDATE redrive_tasks
+SET runner_until = statement_timestamp() + CAST(:hold AS integer) * interval '1 second'
+WHERE id = (SELECT id FROM redrive_tasks
+            WHERE status = 'running' AND runner_until <= statement_timestamp()
+            ORDER BY created_at
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING id, max_per_second;
+
+-- name: redrive_batch
+-- Moves up to :batch visible messages of a task's dead-letter queue back to
+-- their source queue (or the task's destination), with a fresh receive count,
+-- and counts them on the task, all in one transaction: a crash rolls back a
+-- whole batch, so nothing is lost or duplicated. Messages being inspected
+-- (in flight) wait for a later batch; ones with nowhere to go stay.
+WITH task AS (
+    SELECT * FROM redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
+),
+batch AS (
+    SELECT m.id, coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination
+    FROM messages AS m, task
+    WHERE m.queue_id = task.source_queue_id
+      AND m.visible_at <= statement_timestamp()
+      AND coalesce(task.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
+    ORDER BY m.id
+    LIMIT :batch
+    FOR UPDATE OF m SKIP LOCKED
+),
+moved AS (
+    UPDATE messages AS m
+    SET queue_id = batch.destination,
+        dead_letter_source_id = NULL,
+        receive_count = 0,
+        claim_token = NULL,
+        fencing_token = NULL,
+        leased = false,
+        first_received_at = NULL,
+        visible_at = statement_timestamp()
+    FROM batch
+    WHERE m.id = batch.id
+    RETURNING m.queue_id
+),
+counted AS (
+    UPDATE redrive_tasks AS t
+    SET moved = t.moved + (SELECT count(*) FROM moved),
+        updated_at = statement_timestamp(),
+        runner_until = statement_timestamp() + CAST(:hold AS integer) * interval '1 second',
+        status = CASE WHEN (SELECT count(*) FROM batch) < :batch THEN 'completed'
+                      ELSE t.status END
+    FROM task
+    WHERE t.id = task.id
+    RETURNING t.status
+)
+SELECT (SELECT status FROM counted) AS status,
+       (SELECT count(*) FROM moved) AS moved,
+       (SELECT array_agg(DISTINCT queue_id) FROM moved) AS destinations;

@@ -26,22 +26,29 @@ from app.errors import (
     MessageTooLarge,
     QueueAlreadyExists,
     QueueError,
+    QueueInUse,
     QueueNotFound,
 )
-from app.queue import limits
+from app.queue import attributes, limits
 from app.queue.models import (
     EntryError,
     Lease,
     OutgoingMessage,
+    PeekedMessage,
     Queue,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    Released,
+    RetryBackoff,
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.sql import Q
 from app.queue.waiting import Waiter, WaitHub, changed_payload, payload
+
+_DEAD_LETTER_ROUNDS = 10
+"""Most claims one receive repeats while exhausted messages fill its batches."""
 
 QUEUE_CACHE_LISTENING = 60.0
 """Seconds a cached queue lives while changes are announced (a safety net only)."""
@@ -75,6 +82,14 @@ def message_size(message: OutgoingMessage) -> int:
 
 
 def _queue_from_row(row: Any) -> Queue:
+    backoff = None
+    if row.retry_initial is not None:
+        backoff = RetryBackoff(
+            initial=row.retry_initial,
+            multiplier=row.retry_multiplier,
+            max=row.retry_max,
+            jitter=row.retry_jitter,
+        )
     return Queue(
         id=row.id,
         name=row.name,
@@ -84,9 +99,13 @@ def _queue_from_row(row: Any) -> Queue:
             delay=row.delay,
             receive_wait=row.receive_wait,
             max_message_bytes=row.max_message_bytes,
+            dead_letter_queue=row.dead_letter_queue,
+            max_receive_count=row.max_receive_count,
+            retry_backoff=backoff,
         ),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        dead_letter_queue_id=row.dead_letter_queue_id,
     )
 
 
@@ -126,7 +145,7 @@ class QueueService:
     # -- plumbing -----------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """One transaction; driver failures leave here as domain errors."""
         try:
             async with self._engine.begin() as conn:
@@ -144,7 +163,7 @@ class QueueService:
         except _CONNECTION_ERRORS as exc:
             raise DatabaseUnavailable() from exc
 
-    async def _queue(self, conn: AsyncConnection, name: str) -> Queue:
+    async def lookup_queue(self, conn: AsyncConnection, name: str) -> Queue:
         if not limits.is_queue_name(name):
             raise QueueNotFound(f"Queue {name!r} does not exist.")
         row = (await conn.execute(Q.get_queue, {"name": name})).one_or_none()
@@ -174,30 +193,31 @@ class QueueService:
         return decoded
 
     async def ping(self) -> None:
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             await conn.exec_driver_sql("SELECT 1")
 
     # -- queues -------------------------------------------------------------
 
-    async def create_queue(self, name: str, attributes: dict[str, int]) -> tuple[Queue, bool]:
+    async def create_queue(self, name: str, changes: dict[str, Any]) -> tuple[Queue, bool]:
         """Create a queue; (queue, created). Same name and attributes is not an error (SQS)."""
         if not limits.is_queue_name(name):
             raise InvalidParameter("Queue names are 1-80 letters, digits, '-' or '_'.")
-        values = {**limits.DEFAULTS, **attributes}
-        async with self._transaction() as conn:
+        wanted = attributes.merge(None, changes)
+        async with self.transaction() as conn:
+            values = await attributes.sql_values(conn, name, wanted)
             row = (await conn.execute(Q.create_queue, {"name": name, **values})).one_or_none()
             if row is not None:
                 return _queue_from_row(row), True
-            existing = await self._queue(conn, name)
-        if {k: getattr(existing.attributes, k) for k in values} != values:
+            existing = await self.lookup_queue(conn, name)
+        if existing.attributes != wanted:
             raise QueueAlreadyExists(
                 f"Queue {name!r} already exists with different attributes."
             )
         return existing, False
 
     async def get_queue(self, name: str) -> tuple[Queue, QueueStats]:
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             row = (
                 await conn.execute(
                     Q.queue_stats,
@@ -215,7 +235,7 @@ class QueueService:
     async def list_queues(
         self, prefix: str = "", after: str = "", limit: int = 1000
     ) -> list[Queue]:
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             rows = await conn.execute(
                 Q.list_queues, {"prefix": prefix, "after": after, "limit": limit}
             )
@@ -224,33 +244,55 @@ class QueueService:
     async def _announce_change(self, conn: AsyncConnection, queue_id: int) -> None:
         await conn.execute(Q.notify_queue, {"notice": changed_payload(queue_id)})
 
-    async def update_queue(self, name: str, changes: dict[str, int]) -> Queue:
-        params: dict[str, Any] = {key: None for key in limits.DEFAULTS}
-        params.update(changes)
-        async with self._transaction() as conn:
+    async def update_queue(self, name: str, changes: dict[str, Any]) -> Queue:
+        """Change some attributes; None removes a removable one (see attributes.py)."""
+        async with self.transaction() as conn:
             if not limits.is_queue_name(name):
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
             self._queue_cache.pop(name, None)
-            row = (await conn.execute(Q.update_queue, {"name": name, **params})).one_or_none()
+            row = (await conn.execute(Q.get_queue_for_update, {"name": name})).one_or_none()
             if row is None:
                 raise QueueNotFound(f"Queue {name!r} does not exist.")
-            await self._announce_change(conn, row.id)
+            current = _queue_from_row(row)
+            wanted = attributes.merge(current.attributes, changes)
+            values = await attributes.sql_values(conn, name, wanted)
+            row = (await conn.execute(Q.update_queue, {"id": current.id, **values})).one()
+            await self._announce_change(conn, current.id)
             return _queue_from_row(row)
 
+    async def dead_letter_sources(self, name: str) -> list[str]:
+        """Queues that name this one as their dead-letter queue."""
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
+            rows = await conn.execute(Q.dead_letter_sources, {"queue_id": queue.id})
+            return [row.name for row in rows]
+
     async def delete_queue(self, name: str) -> None:
-        async with self._transaction() as conn:
-            if not limits.is_queue_name(name):
-                raise QueueNotFound(f"Queue {name!r} does not exist.")
-            self._queue_cache.pop(name, None)
-            row = (await conn.execute(Q.delete_queue, {"name": name})).one_or_none()
-            if row is None:
-                raise QueueNotFound(f"Queue {name!r} does not exist.")
-            # Every process forgets it, and its waiting receivers stop waiting.
-            await self._announce_change(conn, row.id)
+        """Delete a queue and its messages; refused while another queue names it as
+        its dead-letter queue."""
+        try:
+            async with self.transaction() as conn:
+                queue = await self.lookup_queue(conn, name)
+                self._queue_cache.pop(name, None)
+                sources = [
+                    row.name
+                    for row in await conn.execute(Q.dead_letter_sources, {"queue_id": queue.id})
+                ]
+                if sources:
+                    raise QueueInUse(
+                        f"Queue {name!r} is the dead-letter queue of {', '.join(sources)}; "
+                        f"change their redrive policy first."
+                    )
+                await conn.execute(Q.delete_queue, {"name": name})
+                # Every process forgets it, and its waiting receivers stop waiting.
+                await self._announce_change(conn, queue.id)
+        except sa_exc.IntegrityError as exc:
+            # A redrive policy naming it was committed between the check and the delete.
+            raise QueueInUse(f"Queue {name!r} is another queue's dead-letter queue.") from exc
 
     async def purge(self, name: str) -> int:
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             result = await conn.execute(Q.purge_queue, {"queue_id": queue.id})
             return int(getattr(result, "rowcount", 0))
 
@@ -263,8 +305,8 @@ class QueueService:
 
         Returns only after the commit: a SentMessage is durable.
         """
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             results: list[SentMessage | EntryError | None] = []
             accepted: list[tuple[int, OutgoingMessage]] = []
             for index, message in enumerate(messages):
@@ -282,23 +324,20 @@ class QueueService:
                     results.append(None)  # filled in from the INSERT below
                     accepted.append((index, message))
             if accepted:
-                delays = [
-                    queue.attributes.delay if m.delay is None else m.delay for _, m in accepted
-                ]
-                notice = payload(
-                    queue.id,
-                    ready=sum(1 for d in delays if d == 0),
-                    due_in=min((d for d in delays if d > 0), default=None),
-                )
+                retention = queue.attributes.message_retention
                 rows = (
                     await conn.execute(
                         Q.send_messages,
                         {
                             "queue_id": queue.id,
+                            "retention": retention,
                             "bodies": [m.body for _, m in accepted],
                             "attributes": [json.dumps(m.attributes) for _, m in accepted],
-                            "delays": delays,
-                            "notice": notice,
+                            "delays": [
+                                queue.attributes.delay if m.delay is None else m.delay
+                                for _, m in accepted
+                            ],
+                            "not_befores": [m.not_before for _, m in accepted],
                         },
                     )
                 ).all()
@@ -307,7 +346,14 @@ class QueueService:
                         message_id=str(row.message_id), sent_at=row.sent_at
                     )
         if accepted:
-            self._notify_here(notice)
+            dues = [float(row.due_in) for row in rows]
+            self._notify_here(
+                payload(
+                    queue.id,
+                    ready=sum(1 for due in dues if due <= 0),
+                    due_in=min((due for due in dues if due > 0), default=None),
+                )
+            )
         return [result for result in results if result is not None]
 
     def _notify_here(self, notice: str) -> None:
@@ -319,35 +365,55 @@ class QueueService:
     async def _claim_rows(
         self, conn: AsyncConnection, queue: Queue, max_messages: int, lease: int
     ) -> list[ReceivedMessage]:
-        rows = (
-            await conn.execute(
-                Q.claim_messages,
-                {
-                    "queue_id": queue.id,
-                    "visibility_timeout": lease,
-                    "retention": queue.attributes.message_retention,
-                    "max": max_messages,
-                },
-            )
-        ).all()
-        return [
-            ReceivedMessage(
-                message_id=str(row.message_id),
-                body=row.body,
-                attributes=json.loads(row.attributes),
-                receipt_handle=self._signer.encode(
-                    Receipt(queue_id=queue.id, message_row=row.id, claim_token=row.claim_token)
-                ),
-                receive_count=row.receive_count,
-                fencing_token=row.fencing_token,
-                lease_seconds=lease,
-                lease_expires_at=row.lease_expires_at,
-                sent_at=row.sent_at,
-                first_received_at=row.first_received_at,
-                checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
-            )
-            for row in sorted(rows, key=lambda r: r.fencing_token)
-        ]
+        """Claim up to max_messages. Under a redrive policy, exhausted candidates
+        are dead-lettered by the claim itself, and the claim is repeated (in the
+        same transaction) to fill the batch from what is left."""
+        policy = queue.attributes.max_receive_count
+        received: list[ReceivedMessage] = []
+        dead_lettered = 0
+        for _ in range(_DEAD_LETTER_ROUNDS):
+            rows = (
+                await conn.execute(
+                    Q.claim_messages,
+                    {
+                        "queue_id": queue.id,
+                        "visibility_timeout": lease,
+                        "retention": queue.attributes.message_retention,
+                        "max": max_messages - len(received),
+                        "dead_letter_queue_id": queue.dead_letter_queue_id,
+                        "max_receive_count": policy,
+                    },
+                )
+            ).all()
+            dead = int(rows[0].dead)
+            dead_lettered += dead
+            received.extend(self._received(queue, row, lease) for row in rows if row.id is not None)
+            if dead == 0 or len(received) >= max_messages:
+                break
+        if dead_lettered and queue.dead_letter_queue_id is not None:
+            notice = payload(queue.dead_letter_queue_id, ready=dead_lettered)
+            # Delivered on commit; while the listener is down, the dead-letter
+            # queue's receivers find them on their once-a-second look.
+            await conn.execute(Q.notify_queue, {"notice": notice})
+        received.sort(key=lambda m: m.fencing_token)
+        return received
+
+    def _received(self, queue: Queue, row: Any, lease: int) -> ReceivedMessage:
+        return ReceivedMessage(
+            message_id=str(row.message_id),
+            body=row.body,
+            attributes=json.loads(row.attributes),
+            receipt_handle=self._signer.encode(
+                Receipt(queue_id=queue.id, message_row=row.id, claim_token=row.claim_token)
+            ),
+            receive_count=row.receive_count,
+            fencing_token=row.fencing_token,
+            lease_seconds=lease,
+            lease_expires_at=row.lease_expires_at,
+            sent_at=row.sent_at,
+            first_received_at=row.first_received_at,
+            checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
+        )
 
     async def _outlook(self, conn: AsyncConnection, queue: Queue) -> _Outlook:
         row = (
@@ -411,9 +477,9 @@ class QueueService:
                     waiter = hub.park(queue.id)
                     ahead = _Outlook(due_in=quiet, more_now=False)
                 else:
-                    async with self._transaction() as conn:
+                    async with self.transaction() as conn:
                         if queue is None:
-                            queue = await self._queue(conn, name)
+                            queue = await self.lookup_queue(conn, name)
                             if deadline == 0.0:  # the first look; later ones keep it
                                 lease, deadline = _lease_and_deadline(
                                     queue, visibility_timeout, wait
@@ -464,8 +530,8 @@ class QueueService:
         """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
         for _, timeout in entries:
             _check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             receipts = self._receipts(queue, [handle for handle, _ in entries])
             valid = [
                 (r, timeout)
@@ -507,10 +573,39 @@ class QueueService:
                 results.append(EntryError(LeaseLost()))
         return results
 
+    async def release(self, name: str, handle: str, delay: int | None = None) -> Released:
+        """Give a message back after a failure: visible again after `delay`
+        seconds, else after the queue's retry ladder's delay, else at once."""
+        if delay is not None:
+            _check_range("delay", delay, limits.RELEASE_DELAY)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
+            receipt = self._signer.decode(handle, queue_id=queue.id)
+            row = (
+                await conn.execute(
+                    Q.release_message,
+                    {
+                        "queue_id": queue.id,
+                        "id": receipt.message_row,
+                        "token": receipt.claim_token,
+                        "delay": delay,
+                    },
+                )
+            ).one_or_none()
+            if row is None:
+                raise LeaseLost()
+            waited = max(float(row.delay), 0.0)
+            notice = payload(queue.id, ready=1) if waited <= 0 else payload(
+                queue.id, ready=0, due_in=waited
+            )
+            await conn.execute(Q.notify_queue, {"notice": notice})
+        self._notify_here(notice)
+        return Released(delay_seconds=waited, visible_at=row.visible_at)
+
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             receipts = self._receipts(queue, handles)
             valid = [r for r in receipts if isinstance(r, Receipt)]
             deleted: set[int] = set()
@@ -538,8 +633,8 @@ class QueueService:
 
     async def checkpoint(self, name: str, handle: str, cursor: Any) -> Lease:
         """Record a cursor and renew the lease by the queue's visibility timeout."""
-        async with self._transaction() as conn:
-            queue = await self._queue(conn, name)
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             timeout = queue.attributes.visibility_timeout
             row = (
@@ -558,11 +653,61 @@ class QueueService:
             raise LeaseLost()
         return Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at)
 
+    async def peek(
+        self,
+        name: str,
+        *,
+        state: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+        body_chars: int = 1_048_576,
+    ) -> list[PeekedMessage]:
+        """Messages of a queue as an operator sees them, without claiming any."""
+        if state not in (None, "visible", "in_flight", "delayed"):
+            raise InvalidParameter("state must be visible, in_flight or delayed")
+        _check_range("limit", limit, (1, 1000))
+        try:
+            after_id = 0 if not after else int(after)
+        except ValueError:
+            after_id = -1
+        if not 0 <= after_id < 2**63:
+            raise InvalidParameter("after must be the cursor of a previous page")
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
+            rows = await conn.execute(
+                Q.peek_messages,
+                {
+                    "queue_id": queue.id,
+                    "retention": queue.attributes.message_retention,
+                    "state": state,
+                    "after": after_id,
+                    "limit": limit,
+                    "body_chars": body_chars,
+                },
+            )
+            return [
+                PeekedMessage(
+                    message_id=str(row.message_id),
+                    body=row.body,
+                    truncated=row.truncated,
+                    attributes=json.loads(row.attributes),
+                    state=row.state,
+                    receive_count=row.receive_count,
+                    sent_at=row.sent_at,
+                    first_received_at=row.first_received_at,
+                    visible_at=row.visible_at,
+                    checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
+                    dead_letter_source=row.dead_letter_source,
+                    cursor=str(row.id),
+                )
+                for row in rows
+            ]
+
     async def sweep_expired(self, batch: int = 1000) -> int:
         """Delete messages past their queue's retention; returns how many."""
         total = 0
         while True:
-            async with self._transaction() as conn:
+            async with self.transaction() as conn:
                 result = await conn.execute(Q.sweep_expired, {"limit": batch})
             count = int(getattr(result, "rowcount", 0))
             total += count

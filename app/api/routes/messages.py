@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -17,8 +17,12 @@ from app.api.schemas import (
     LeaseOut,
     MessageBatchIn,
     MessageIn,
+    PeekedOut,
+    PeekOut,
     ReceivedOut,
     ReceiveOut,
+    ReleasedOut,
+    ReleaseIn,
     SendIn,
     SentOut,
     VisibilityBatchIn,
@@ -49,7 +53,12 @@ async def send(
     check_batch(len(entries), settings)
     results = await service.send(
         queue,
-        [OutgoingMessage(body=e.body, attributes=e.attributes, delay=e.delay) for e in entries],
+        [
+            OutgoingMessage(
+                body=e.body, attributes=e.attributes, delay=e.delay, not_before=e.not_before
+            )
+            for e in entries
+        ],
     )
     if isinstance(body, MessageIn):
         (result,) = results
@@ -161,6 +170,38 @@ async def delete_batch(
     results = await service.delete(queue, body.receipt_handles)
     return BatchResults.of(
         [entry_error(r.error) if isinstance(r, EntryError) else {"ok": True} for r in results]
+    )
+
+
+@router.post("/messages/{receipt_handle}/release", responses=responses(400, 404, 409, 422, 503))
+async def release(
+    queue: str, receipt_handle: str, service: ServiceDep, body: ReleaseIn | None = None
+) -> ReleasedOut:
+    """A failed attempt: the message is visible again after `delay` seconds, else after
+    the queue's retry ladder's delay for its receive count, else at once.
+    409 `lease_lost` when the claim is gone."""
+    released = await service.release(queue, receipt_handle, None if body is None else body.delay)
+    return ReleasedOut(delay_seconds=released.delay_seconds, visible_at=released.visible_at)
+
+
+@router.get("/messages", responses=responses(404, 422, 503))
+async def peek(
+    queue: str,
+    service: ServiceDep,
+    state: Literal["visible", "in_flight", "delayed"] | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    after: str | None = Query(None, max_length=20, pattern=r"^[0-9]+$",
+                              description="`next_after` of the previous page."),
+    body_chars: int = Query(1_048_576, ge=0, le=1_048_576,
+                            description="Bodies are cut to this many characters."),
+) -> PeekOut:
+    """List messages without claiming them (for operators): by state, paged."""
+    found = await service.peek(
+        queue, state=state, limit=limit, after=after, body_chars=body_chars
+    )
+    return PeekOut(
+        messages=[PeekedOut.of(m) for m in found],
+        next_after=found[-1].cursor if len(found) == limit else None,
     )
 
 

@@ -27,7 +27,7 @@ _NAME_CHARS = r"^[A-Za-z0-9_-]*$"
                **responses(409, 422, 503)},
 )
 async def create_queue(body: QueueCreate, service: ServiceDep, response: Response) -> QueueOut:
-    queue, created = await service.create_queue(body.name, body.given())
+    queue, created = await service.create_queue(body.name, body.changes())
     if not created:
         response.status_code = status.HTTP_200_OK
     return QueueOut.of(queue)
@@ -57,7 +57,7 @@ async def get_queue(queue: str, service: ServiceDep) -> QueueDetail:
 
 @router.patch("/{queue}", responses=responses(404, 422, 503))
 async def update_queue(queue: str, body: QueueAttributesIn, service: ServiceDep) -> QueueOut:
-    return QueueOut.of(await service.update_queue(queue, body.given()))
+    return QueueOut.of(await service.update_queue(queue, body.changes()))
 
 
 @router.delete("/{queue}", status_code=status.HTTP_204_NO_CONTENT,

@@ -1,0 +1,58 @@
+"""Dead-letter queues: their sources, and redrive tasks that move messages back."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, status
+
+from app.api.deps import ServiceDep
+from app.api.problems import responses
+from app.api.schemas import DeadLetterSourcesOut, RedriveIn, RedriveTaskList, RedriveTaskOut
+from app.queue.redrive import Redrives
+
+router = APIRouter(tags=["dead-letter queues"])
+
+
+def _redrives(request: Request) -> Redrives:
+    redrives: Redrives = request.app.state.redrives
+    return redrives
+
+
+@router.get("/v1/queues/{queue}/dead-letter-sources", responses=responses(404, 503))
+async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSourcesOut:
+    """Queues whose redrive policy names this queue."""
+    return DeadLetterSourcesOut(queues=await service.dead_letter_sources(queue))
+
+
+@router.post(
+    "/v1/queues/{queue}/redrive",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=responses(404, 409, 422, 503),
+)
+async def start_redrive(
+    queue: str, request: Request, body: RedriveIn | None = None
+) -> RedriveTaskOut:
+    """Move this dead-letter queue's messages back to the queues they came from (or to
+    `destination`), optionally at most `max_per_second`. Redriven messages start with a
+    receive count of 0. 409 `redrive_in_progress` if one is running."""
+    body = body or RedriveIn()
+    task = await _redrives(request).start(queue, body.destination, body.max_per_second)
+    return RedriveTaskOut.of(task)
+
+
+@router.get("/v1/queues/{queue}/redrive", responses=responses(404, 503))
+async def list_redrives(queue: str, request: Request) -> RedriveTaskList:
+    """This dead-letter queue's redrive tasks, newest first."""
+    tasks = await _redrives(request).list(queue)
+    return RedriveTaskList(tasks=[RedriveTaskOut.of(t) for t in tasks])
+
+
+@router.get("/v1/redrive-tasks/{task_id}", responses=responses(404, 503))
+async def get_redrive(task_id: str, request: Request) -> RedriveTaskOut:
+    """A task's progress: `moved`, `remaining` (counted live), `status`."""
+    return RedriveTaskOut.of(await _redrives(request).get(task_id))
+
+
+@router.delete("/v1/redrive-tasks/{task_id}", responses=responses(404, 503))
+async def cancel_redrive(task_id: str, request: Request) -> RedriveTaskOut:
+    """Stop a running task; what it moved stays moved."""
+    return RedriveTaskOut.of(await _redrives(request).cancel(task_id))

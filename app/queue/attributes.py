@@ -1,0 +1,124 @@
+"""Queue attributes: merging a change into the current set, and checking it.
+
+A change is a mapping of attribute names to values; for the removable ones
+(`dead_letter_queue`, `max_receive_count`, `retry_backoff`) a value of None
+removes the attribute. Every front door (REST, SQS) goes through here, so a
+queue rule is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.errors import InvalidParameter, InvalidRedrivePolicy
+from app.queue import limits
+from app.queue.models import QueueAttributes, RetryBackoff
+from app.queue.sql import Q
+
+NUMERIC: dict[str, tuple[int, int]] = {
+    "visibility_timeout": limits.VISIBILITY_TIMEOUT,
+    "message_retention": limits.MESSAGE_RETENTION,
+    "delay": limits.DELAY,
+    "receive_wait": limits.RECEIVE_WAIT,
+    "max_message_bytes": limits.MAX_MESSAGE_BYTES,
+}
+REMOVABLE = ("dead_letter_queue", "max_receive_count", "retry_backoff")
+
+DEFAULT = QueueAttributes(
+    visibility_timeout=limits.DEFAULTS["visibility_timeout"],
+    message_retention=limits.DEFAULTS["message_retention"],
+    delay=limits.DEFAULTS["delay"],
+    receive_wait=limits.DEFAULTS["receive_wait"],
+    max_message_bytes=limits.DEFAULTS["max_message_bytes"],
+)
+
+
+def _check_backoff(backoff: RetryBackoff) -> None:
+    for field_name, value, (low, high) in (
+        ("initial", backoff.initial, limits.RETRY_SECONDS),
+        ("multiplier", backoff.multiplier, limits.RETRY_MULTIPLIER),
+        ("max", backoff.max, limits.RETRY_SECONDS),
+        ("jitter", backoff.jitter, limits.RETRY_JITTER),
+    ):
+        if not low <= value <= high:
+            raise InvalidParameter(
+                f"retry_backoff.{field_name} must be between {low} and {high}, got {value}"
+            )
+
+
+def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttributes:
+    """The attributes after `changes`, checked; `current` None means a new queue."""
+    unknown = set(changes) - set(NUMERIC) - set(REMOVABLE)
+    if unknown:
+        raise InvalidParameter(f"unknown queue attributes: {', '.join(sorted(unknown))}")
+    for name, bounds in NUMERIC.items():
+        value = changes.get(name)
+        if value is not None and not bounds[0] <= value <= bounds[1]:
+            raise InvalidParameter(
+                f"{name} must be between {bounds[0]} and {bounds[1]}, got {value}"
+            )
+    merged = replace(
+        current or DEFAULT,
+        **{k: v for k, v in changes.items() if k in NUMERIC and v is not None},
+    )
+    if "retry_backoff" in changes:
+        backoff = changes["retry_backoff"]
+        if backoff is not None:
+            _check_backoff(backoff)
+        merged = replace(merged, retry_backoff=backoff)
+    if "dead_letter_queue" in changes or "max_receive_count" in changes:
+        dead_letter_queue = changes.get("dead_letter_queue", merged.dead_letter_queue) or None
+        max_receive_count = changes.get("max_receive_count", merged.max_receive_count)
+        if "dead_letter_queue" in changes and dead_letter_queue is None:
+            # Removing the dead-letter queue removes the whole policy.
+            max_receive_count = changes.get("max_receive_count")
+        if max_receive_count is not None and not (
+            limits.MAX_RECEIVE_COUNT[0] <= max_receive_count <= limits.MAX_RECEIVE_COUNT[1]
+        ):
+            raise InvalidParameter(
+                f"max_receive_count must be between {limits.MAX_RECEIVE_COUNT[0]} and "
+                f"{limits.MAX_RECEIVE_COUNT[1]}, got {max_receive_count}"
+            )
+        if (dead_letter_queue is None) != (max_receive_count is None):
+            raise InvalidRedrivePolicy(
+                "A redrive policy needs both dead_letter_queue and max_receive_count."
+            )
+        merged = replace(
+            merged, dead_letter_queue=dead_letter_queue, max_receive_count=max_receive_count
+        )
+    return merged
+
+
+async def sql_values(
+    conn: AsyncConnection, queue_name: str, attributes: QueueAttributes
+) -> dict[str, Any]:
+    """The columns for `attributes`, the dead-letter queue resolved (and locked
+    against deletion until the transaction ends)."""
+    dead_letter_queue_id = None
+    if attributes.dead_letter_queue is not None:
+        if attributes.dead_letter_queue == queue_name:
+            raise InvalidRedrivePolicy("A queue cannot be its own dead-letter queue.")
+        if not limits.is_queue_name(attributes.dead_letter_queue):
+            raise InvalidRedrivePolicy(
+                f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."
+            )
+        dead_letter_queue_id = (
+            await conn.execute(Q.queue_id_by_name, {"name": attributes.dead_letter_queue})
+        ).scalar_one_or_none()
+        if dead_letter_queue_id is None:
+            raise InvalidRedrivePolicy(
+                f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."
+            )
+    backoff = attributes.retry_backoff
+    return {
+        **{name: getattr(attributes, name) for name in NUMERIC},
+        "dead_letter_queue_id": dead_letter_queue_id,
+        "max_receive_count": attributes.max_receive_count,
+        "retry_initial": backoff.initial if backoff else None,
+        "retry_multiplier": backoff.multiplier if backoff else None,
+        "retry_max": backoff.max if backoff else None,
+        "retry_jitter": backoff.jitter if backoff else None,
+    }
