@@ -265,3 +265,16 @@ async def test_a_handle_for_one_queue_is_rejected_on_another(client: httpx.Async
     response = await client.delete(f"/v1/queues/{b}/messages/{message['receipt_handle']}")
     assert response.status_code == 400
     assert response.json()["code"] == "invalid_receipt_handle"
+
+
+async def test_checkpoint_may_renew_by_its_own_timeout(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client, visibility_timeout=0)
+    await send(client, queue)
+    (message,) = await receive(client, queue, visibility_timeout=30)
+    saved = await client.put(
+        f"/v1/queues/{queue}/messages/{message['receipt_handle']}/checkpoint",
+        json={"cursor": 1, "timeout": 45},
+    )
+    assert saved.status_code == 200 and saved.json()["lease_seconds"] == 45
+    # The queue's own timeout (0) would have made it visible again at once.
+    assert await receive(client, queue) == []

@@ -309,6 +309,12 @@ class DeleteBatchIn(_Strict):
 
 class CheckpointIn(_Strict):
     cursor: Cursor
+    timeout: int | None = Field(
+        default=None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
+        strict=True,
+        description="Renew the lease by this many seconds; default the queue's "
+        "visibility_timeout.",
+    )
 
 
 class ReleaseIn(_Strict):

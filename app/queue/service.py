@@ -631,12 +631,19 @@ class QueueService:
                 results.append(EntryError(LeaseLost()))
         return results
 
-    async def checkpoint(self, name: str, handle: str, cursor: Any) -> Lease:
-        """Record a cursor and renew the lease by the queue's visibility timeout."""
+    async def checkpoint(
+        self, name: str, handle: str, cursor: Any, lease_seconds: int | None = None
+    ) -> Lease:
+        """Record a cursor and renew the lease by `lease_seconds` (default: the
+        queue's visibility timeout)."""
+        if lease_seconds is not None:
+            _check_range("timeout", lease_seconds, limits.VISIBILITY_TIMEOUT)
         async with self.transaction() as conn:
             queue = await self.lookup_queue(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
-            timeout = queue.attributes.visibility_timeout
+            timeout = lease_seconds
+            if timeout is None:
+                timeout = queue.attributes.visibility_timeout
             row = (
                 await conn.execute(
                     Q.save_checkpoint,

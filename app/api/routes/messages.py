@@ -210,8 +210,10 @@ async def peek(
 async def checkpoint(
     queue: str, receipt_handle: str, body: CheckpointIn, service: ServiceDep
 ) -> LeaseOut:
-    """Record a cursor for a long job and renew the lease by the queue's timeout.
-    The next receive of the message returns the cursor."""
-    return _lease_or_raise(await service.checkpoint(queue, receipt_handle, body.cursor))
+    """Record a cursor for a long job and renew the lease (by `timeout`, default the
+    queue's visibility timeout). The next receive of the message returns the cursor."""
+    return _lease_or_raise(
+        await service.checkpoint(queue, receipt_handle, body.cursor, body.timeout)
+    )
 
 
