@@ -27,6 +27,9 @@ DEFAULTS: dict[str, int] = {
 }
 
 MAX_ATTRIBUTES = 10  # per message, as SQS
+MAX_TAGS = 50  # per queue, as SQS
+TAG_KEY_CHARS = 128
+TAG_VALUE_CHARS = 256
 ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 
 

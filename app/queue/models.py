@@ -51,11 +51,25 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class MessageAttribute:
+    """A typed message attribute, as SQS has them. `data_type` is String, Number or
+    Binary, optionally with a custom suffix (`Number.int`, `Binary.png`); Binary
+    ones carry `binary_value`, the others `string_value`."""
+
+    data_type: str
+    string_value: str | None = None
+    binary_value: bytes | None = None
+
+
+@dataclass(frozen=True)
 class OutgoingMessage:
     body: str
     attributes: dict[str, str] = field(default_factory=dict)
     delay: int | None = None  # None: the queue's default
     not_before: datetime | None = None  # judged against the database's clock
+    # Typed attributes (the SQS front door); when given, `attributes` is ignored.
+    typed_attributes: dict[str, MessageAttribute] | None = None
+    sender_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,9 @@ class ReceivedMessage:
     sent_at: datetime
     first_received_at: datetime
     checkpoint: JSON
+    # Every attribute with its type: `attributes` as String ones, plus the typed.
+    typed_attributes: dict[str, MessageAttribute] = field(default_factory=dict)
+    sender_id: str | None = None
 
 
 @dataclass(frozen=True)

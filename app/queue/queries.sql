@@ -15,10 +15,11 @@
 WITH created AS (
     INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
                         max_message_bytes, dead_letter_queue_id, max_receive_count,
-                        retry_initial, retry_multiplier, retry_max, retry_jitter)
+                        retry_initial, retry_multiplier, retry_max, retry_jitter, tags)
     VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
-            :retry_initial, :retry_multiplier, :retry_max, :retry_jitter)
+            :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
+            CAST(:tags AS jsonb))
     ON CONFLICT (name) DO NOTHING
     RETURNING *
 )
@@ -101,6 +102,17 @@ SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 -- Deletes a queue; its messages go with it (ON DELETE CASCADE).
 DELETE FROM queues WHERE name = :name RETURNING id;
 
+-- name: get_queue_tags
+-- A queue's tags (a JSON object of strings).
+SELECT CAST(tags AS text) FROM queues WHERE id = :id;
+
+-- name: change_queue_tags
+-- Adds (or overwrites) tags and removes keys, in one statement; returns the tags after.
+UPDATE queues
+SET tags = (tags || CAST(:add AS jsonb)) - CAST(:remove AS text[])
+WHERE id = :id
+RETURNING CAST(tags AS text);
+
 -- name: purge_queue
 -- Deletes every message of a queue, whatever its state.
 DELETE FROM messages WHERE queue_id = :queue_id;
@@ -124,8 +136,9 @@ WHERE queue_id = :queue_id
 -- clock at this statement (between now and the end of retention); the
 -- deadline is still statement_timestamp() plus an interval.
 WITH sent AS (
-    INSERT INTO messages (queue_id, body, attributes, visible_at)
-    SELECT :queue_id, m.body, CAST(m.attributes AS jsonb),
+    INSERT INTO messages (queue_id, body, attributes, attribute_types, sender_id, visible_at)
+    SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
+           m.sender_id,
            statement_timestamp() + CASE
                WHEN m.not_before IS NULL THEN m.delay * interval '1 second'
                ELSE greatest(interval '0',
@@ -133,8 +146,10 @@ WITH sent AS (
                                    CAST(:retention AS integer) * interval '1 second'))
            END
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
+                CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
                 CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]))
-         WITH ORDINALITY AS m(body, attributes, delay, not_before, ord)
+         WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, delay, not_before,
+                              ord)
     ORDER BY m.ord
     RETURNING id, message_id, sent_at,
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
@@ -193,6 +208,7 @@ claimed AS (
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR c.receive_count < CAST(:max_receive_count AS integer))
     RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+              CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
               m.receive_count, m.claim_token, m.fencing_token,
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
               CAST(m.checkpoint AS text) AS checkpoint

@@ -29,7 +29,7 @@ from app.errors import (
     QueueInUse,
     QueueNotFound,
 )
-from app.queue import attributes, limits
+from app.queue import attributes, limits, typed
 from app.queue.models import (
     EntryError,
     Lease,
@@ -74,11 +74,22 @@ def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
 
 
 def message_size(message: OutgoingMessage) -> int:
-    """Bytes counted against max_message_bytes: the body and the attributes, as SQS."""
+    """Bytes counted against max_message_bytes: the body and the attributes, as SQS
+    (typed ones count their data type too; flat REST ones their name and value)."""
     size = len(message.body.encode("utf-8"))
+    if message.typed_attributes is not None:
+        return size + sum(typed.size(k, v) for k, v in message.typed_attributes.items())
     for key, value in message.attributes.items():
         size += len(key.encode("utf-8")) + len(value.encode("utf-8"))
     return size
+
+
+def _stored_attributes(message: OutgoingMessage) -> tuple[str, str | None]:
+    """The `attributes` and `attribute_types` columns of a message, as JSON."""
+    if message.typed_attributes is None:
+        return json.dumps(message.attributes), None
+    flat, types = typed.split(message.typed_attributes)
+    return json.dumps(flat), types
 
 
 def _queue_from_row(row: Any) -> Queue:
@@ -198,14 +209,22 @@ class QueueService:
 
     # -- queues -------------------------------------------------------------
 
-    async def create_queue(self, name: str, changes: dict[str, Any]) -> tuple[Queue, bool]:
-        """Create a queue; (queue, created). Same name and attributes is not an error (SQS)."""
+    async def create_queue(
+        self, name: str, changes: dict[str, Any], tags: dict[str, str] | None = None
+    ) -> tuple[Queue, bool]:
+        """Create a queue; (queue, created). Same name and attributes is not an error (SQS).
+        `tags` are given to a queue this creates (an existing one keeps its own, as SQS)."""
         if not limits.is_queue_name(name):
             raise InvalidParameter("Queue names are 1-80 letters, digits, '-' or '_'.")
         wanted = attributes.merge(None, changes)
+        _check_tags(tags or {})
         async with self.transaction() as conn:
             values = await attributes.sql_values(conn, name, wanted)
-            row = (await conn.execute(Q.create_queue, {"name": name, **values})).one_or_none()
+            row = (
+                await conn.execute(
+                    Q.create_queue, {"name": name, "tags": json.dumps(tags or {}), **values}
+                )
+            ).one_or_none()
             if row is not None:
                 return _queue_from_row(row), True
             existing = await self.lookup_queue(conn, name)
@@ -290,6 +309,30 @@ class QueueService:
             # A redrive policy naming it was committed between the check and the delete.
             raise QueueInUse(f"Queue {name!r} is another queue's dead-letter queue.") from exc
 
+    async def queue_tags(self, name: str) -> dict[str, str]:
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
+            tags = (await conn.execute(Q.get_queue_tags, {"id": queue.id})).scalar_one()
+        return dict(json.loads(tags))
+
+    async def change_tags(
+        self, name: str, add: dict[str, str] | None = None, remove: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """Set the tags `add` and remove the keys `remove`; the queue's tags after."""
+        _check_tags(add or {})
+        async with self.transaction() as conn:
+            queue = await self.lookup_queue(conn, name)
+            tags = (
+                await conn.execute(
+                    Q.change_queue_tags,
+                    {"id": queue.id, "add": json.dumps(add or {}), "remove": list(remove)},
+                )
+            ).scalar_one()
+            result: dict[str, str] = json.loads(tags)
+            if len(result) > limits.MAX_TAGS:
+                raise InvalidParameter(f"A queue has at most {limits.MAX_TAGS} tags.")
+        return result
+
     async def purge(self, name: str) -> int:
         async with self.transaction() as conn:
             queue = await self.lookup_queue(conn, name)
@@ -325,6 +368,7 @@ class QueueService:
                     accepted.append((index, message))
             if accepted:
                 retention = queue.attributes.message_retention
+                stored = [_stored_attributes(m) for _, m in accepted]
                 rows = (
                     await conn.execute(
                         Q.send_messages,
@@ -332,7 +376,9 @@ class QueueService:
                             "queue_id": queue.id,
                             "retention": retention,
                             "bodies": [m.body for _, m in accepted],
-                            "attributes": [json.dumps(m.attributes) for _, m in accepted],
+                            "attributes": [flat for flat, _ in stored],
+                            "attribute_types": [types for _, types in stored],
+                            "sender_ids": [m.sender_id for _, m in accepted],
                             "delays": [
                                 queue.attributes.delay if m.delay is None else m.delay
                                 for _, m in accepted
@@ -399,10 +445,14 @@ class QueueService:
         return received
 
     def _received(self, queue: Queue, row: Any, lease: int) -> ReceivedMessage:
+        flat = json.loads(row.attributes)
+        types = None if row.attribute_types is None else json.loads(row.attribute_types)
         return ReceivedMessage(
             message_id=str(row.message_id),
             body=row.body,
-            attributes=json.loads(row.attributes),
+            attributes=flat,
+            typed_attributes=typed.join(flat, types),
+            sender_id=row.sender_id,
             receipt_handle=self._signer.encode(
                 Receipt(queue_id=queue.id, message_row=row.id, claim_token=row.claim_token)
             ),
@@ -720,6 +770,17 @@ class QueueService:
             total += count
             if count < batch:
                 return total
+
+
+def _check_tags(tags: dict[str, str]) -> None:
+    if len(tags) > limits.MAX_TAGS:
+        raise InvalidParameter(f"A queue has at most {limits.MAX_TAGS} tags.")
+    for key, value in tags.items():
+        if not 1 <= len(key) <= limits.TAG_KEY_CHARS or len(value) > limits.TAG_VALUE_CHARS:
+            raise InvalidParameter(
+                f"Tag keys are 1-{limits.TAG_KEY_CHARS} characters and values at most "
+                f"{limits.TAG_VALUE_CHARS}."
+            )
 
 
 def _lease_and_deadline(
