@@ -1,0 +1,260 @@
+"""leaseq benchmark suite: `python -m bench [--quick]`.
+
+Starts `leaseq serve` as users run it (embedded PostgreSQL unless DATABASE_URL
+is set) and prints one table, measured in one run on one PostgreSQL:
+
+- raw: the cycle send -> claim -> conditional delete written directly in SQL
+  with asyncpg (the baseline), one message per statement and batches of 10,
+  at 1, 4 and 16 concurrent clients;
+- rest: the same cycle through leaseq's REST API, and the ratio rest / raw;
+- lost and duplicated messages of every row (lost must be 0);
+- the cycle (REST, batches of 10, 16 clients) with and without N in-flight
+  leases heartbeating every lease/3 through the batch heartbeat endpoint;
+- send -> receive latency through a waiting long poll.
+Each row shows the load generators' CPU (several processes; when they near
+100% of a core each, the row measures them, not leaseq) and the service's.
+Results are also written to bench/results/bench-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench import cycle
+from bench._harness import Http, Service, percentile, running_service
+from bench.longpoll import database_url, send_to_receive
+
+RESULTS = Path(__file__).parent / "results"
+LEASE = 30
+
+
+def _ids(url: str, sql: str, *args: Any) -> set[str]:
+    async def fetch() -> set[str]:
+        conn = await asyncpg.connect(url)
+        try:
+            return {str(r[0]) for r in await conn.fetch(sql, *args)}
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def _call(port: int, method: str, path: str, body: Any = None) -> Any:
+    async def go() -> Any:
+        http = await Http.open(port)
+        try:
+            return (await http.request(method, path, body))[1]
+        finally:
+            http.close()
+
+    return asyncio.run(go())
+
+
+def _queue_id(url: str, name: str) -> int:
+    return int(next(iter(_ids(url, "SELECT id FROM queues WHERE name = $1", name))))
+
+
+def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int],
+               processes: int) -> list[dict[str, Any]]:
+    rows = []
+    service_cpu = _service_cpu(service)
+    for batch in (1, 10):
+        for n in clients:
+            name = f"cycle-{batch}-{n}"
+            _call(service.port, "POST", "/v1/queues", {"name": name})
+            queue_id = _queue_id(url, name)
+            remaining_rest = lambda q=queue_id: _ids(  # noqa: E731
+                url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q)
+            remaining_raw = lambda q=queue_id: _ids(  # noqa: E731
+                url, "SELECT id::text FROM messages WHERE queue_id = $1", q)
+            raw = cycle.run("raw", url, queue_id, clients=n, batch=batch, seconds=seconds,
+                            processes=processes, remaining=remaining_raw,
+                            service_cpu=service_cpu)
+            _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+            rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
+                             seconds=seconds, processes=processes, remaining=remaining_rest,
+                             service_cpu=service_cpu)
+            rows.append({"raw": raw.as_dict(), "rest": rest.as_dict(),
+                         "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)})
+    return rows
+
+
+def _service_cpu(service: Service) -> Any:
+    proc = service.process
+
+    def seconds() -> float:
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+
+    return seconds
+
+
+class Heartbeats:
+    """N in-flight leases, each extended every LEASE/3 seconds by the batch
+    heartbeat endpoint (100 handles a request), spread evenly over the period."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port = port
+        self.count = count
+        self.handles: list[str] = []
+        self.beats = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def prepare(self) -> None:
+        async def go() -> None:
+            http = await Http.open(self.port)
+            await http.request("POST", "/v1/queues", {"name": "heartbeats"})
+            for start in range(0, self.count, 100):
+                batch = [{"body": "held"}] * min(100, self.count - start)
+                await http.request("POST", "/v1/queues/heartbeats/messages", {"messages": batch})
+            while len(self.handles) < self.count:
+                _, got = await http.request(
+                    "GET", f"/v1/queues/heartbeats/receive?max=10&visibility_timeout={LEASE}"
+                )
+                self.handles += [m["receipt_handle"] for m in got["messages"]]
+            http.close()
+
+        asyncio.run(go())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._beat()), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    async def _beat(self) -> None:
+        http = await Http.open(self.port)
+        chunks = [self.handles[i:i + 100] for i in range(0, len(self.handles), 100)]
+        interval = (LEASE / 3) / max(len(chunks), 1)
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            for chunk in chunks:
+                if self._stop.is_set():
+                    break
+                _, result = await http.request(
+                    "POST", "/v1/queues/heartbeats/messages/visibility",
+                    {"entries": [{"receipt_handle": h, "timeout": LEASE} for h in chunk]},
+                )
+                self.beats += result["succeeded"]
+                self.failed += result["failed"]
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        http.close()
+
+
+def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[int],
+                   processes: int) -> list[dict[str, Any]]:
+    rows = []
+    service_cpu = _service_cpu(service)
+    for count in counts:
+        results = {}
+        for label in ("without", "with"):
+            name = f"hb-cycle-{count}-{label}"
+            _call(service.port, "POST", "/v1/queues", {"name": name})
+            queue_id = _queue_id(url, name)
+            beats = None
+            if label == "with":
+                beats = Heartbeats(service.port, count)
+                beats.prepare()
+                beats.start()
+            result = cycle.run(
+                "rest", service.port, name, clients=16, batch=10, seconds=seconds,
+                processes=processes, service_cpu=service_cpu,
+                remaining=lambda q=queue_id: _ids(
+                    url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q),
+            )
+            entry = result.as_dict()
+            if beats is not None:
+                beats.stop()
+                entry["heartbeats_per_second"] = beats.beats / seconds
+                entry["heartbeats_failed"] = beats.failed
+                _call(service.port, "POST", "/v1/queues/heartbeats/purge")
+            results[label] = entry
+        rows.append({"leases": count, **results,
+                     "cost": 1 - results["with"]["messages_per_second"]
+                     / max(results["without"]["messages_per_second"], 1e-9)})
+    return rows
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\nleaseq benchmark ({os.cpu_count()} cores, {report['database']}, "
+          f"{report['seconds']:.0f} s a row, generators in {report['processes']} processes)")
+    print(f"{'cycle':<22}{'raw msg/s':>11}{'rest msg/s':>12}{'rest/raw':>10}"
+          f"{'lost':>6}{'dup':>5}{'claim p99':>11}{'delete p99':>12}"
+          f"{'gen CPU':>9}{'svc CPU':>9}")
+    for row in report["cycle"]:
+        raw, rest = row["raw"], row["rest"]
+        label = f"{'single' if raw['batch'] == 1 else 'batch 10'}, {raw['clients']:>2} clients"
+        print(f"{label:<22}{raw['messages_per_second']:>11.0f}{rest['messages_per_second']:>12.0f}"
+              f"{row['ratio']:>10.2f}{raw['lost'] + rest['lost']:>6}"
+              f"{raw['duplicated'] + rest['duplicated']:>5}"
+              f"{rest['claim_p99_ms']:>9.1f}ms{rest['delete_p99_ms']:>10.1f}ms"
+              f"{rest['generator_cpu_percent']:>8.0f}%{rest['service_cpu_percent'] or 0:>8.0f}%")
+    print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON)")
+    for row in report["heartbeats"]:
+        with_, without = row["with"], row["without"]
+        print(f"heartbeats: {row['leases']} leases, {with_.get('heartbeats_per_second', 0):.0f} "
+              f"beats/s: cycle {without['messages_per_second']:.0f} -> "
+              f"{with_['messages_per_second']:.0f} msg/s (cost {row['cost'] * 100:.0f}%), "
+              f"claim p99 {without['claim_p99_ms']:.1f} -> {with_['claim_p99_ms']:.1f} ms, "
+              f"delete p99 {without['delete_p99_ms']:.1f} -> {with_['delete_p99_ms']:.1f} ms, "
+              f"lost {with_['lost']}, beats failed {with_.get('heartbeats_failed', 0)}")
+    latency = report["long_poll"]
+    print(f"send -> receive through a long poll: p50 {latency['p50_ms']:.2f} ms, "
+          f"p99 {latency['p99_ms']:.2f} ms (n={latency['n']})")
+
+
+def main(quick: bool) -> dict[str, Any]:
+    seconds = 2.0 if quick else 8.0
+    clients = [1, 16] if quick else [1, 4, 16]
+    counts = [1000] if quick else [1000, 10000]
+    processes = 2
+    with running_service() as service:
+        url = database_url(service)
+        report: dict[str, Any] = {
+            "when": datetime.now().isoformat(timespec="seconds"),
+            "quick": quick,
+            "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded",
+            "seconds": seconds,
+            "processes": processes,
+        }
+        report["cycle"] = cycle_rows(service, url, seconds=seconds, clients=clients,
+                                     processes=processes)
+        report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,
+                                              processes=processes)
+        times = asyncio.run(send_to_receive(service.port, "latency", 1, 100 if quick else 500))
+        report["long_poll"] = {"p50_ms": percentile(times, 50) * 1000,
+                               "p99_ms": percentile(times, 99) * 1000, "n": len(times)}
+    return report
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description="leaseq benchmark suite")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (under two minutes)")
+    parser.add_argument("--output", type=Path, help="where to write the JSON results")
+    args = parser.parse_args()
+    report = main(args.quick)
+    print_table(report)
+    path = args.output or RESULTS / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    cli()

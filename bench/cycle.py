@@ -1,0 +1,204 @@
+"""The message cycle (send -> claim -> conditional delete), two ways, under load.
+
+- raw: the cycle written directly in SQL with asyncpg on the same database:
+  the strongest baseline there is, no HTTP, no service.
+- rest: the same cycle through leaseq's REST API.
+
+Load comes from several generator processes (each runs its share of the
+clients), so that one Python process does not measure itself; each reports
+the CPU it used, printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from bench._harness import Http, percentile
+
+RAW_SEND = """
+INSERT INTO messages (queue_id, body, visible_at)
+SELECT $1, b, statement_timestamp() FROM unnest($2::text[]) AS b
+RETURNING id
+"""
+RAW_CLAIM = """
+UPDATE messages
+SET visible_at = statement_timestamp() + interval '600 seconds',
+    claim_token = gen_random_uuid(), fencing_token = nextval('fencing_tokens'),
+    receive_count = receive_count + 1, leased = true
+WHERE id = ANY(ARRAY(
+    SELECT id FROM messages
+    WHERE queue_id = $1 AND visible_at <= statement_timestamp()
+    ORDER BY visible_at LIMIT $2
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, claim_token
+"""
+RAW_DELETE = """
+DELETE FROM messages AS m USING unnest($1::bigint[], $2::uuid[]) AS h(id, token)
+WHERE m.id = h.id AND m.claim_token = h.token
+RETURNING m.id
+"""
+
+
+@dataclass
+class Share:
+    """What one generator process did."""
+
+    sent: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)
+    claim_seconds: list[float] = field(default_factory=list)
+    delete_seconds: list[float] = field(default_factory=list)
+    cpu_seconds: float = 0.0
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _raw_client(dsn: str, queue_id: int, batch: int, until: float, share: Share) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        while time.monotonic() < until:
+            bodies = [uuid.uuid4().hex for _ in range(batch)]
+            ids = await conn.fetch(RAW_SEND, queue_id, bodies)
+            share.sent.extend(str(r["id"]) for r in ids)
+            start = time.perf_counter()
+            claimed = await conn.fetch(RAW_CLAIM, queue_id, batch)
+            share.claim_seconds.append(time.perf_counter() - start)
+            share.claimed.extend(str(r["id"]) for r in claimed)
+            if not claimed:
+                continue
+            start = time.perf_counter()
+            deleted = await conn.fetch(
+                RAW_DELETE, [r["id"] for r in claimed], [r["claim_token"] for r in claimed]
+            )
+            share.delete_seconds.append(time.perf_counter() - start)
+            share.deleted.extend(str(r["id"]) for r in deleted)
+    finally:
+        await conn.close()
+
+
+async def _rest_client(port: int, queue: str, batch: int, until: float, share: Share) -> None:
+    http = await Http.open(port)
+    base = f"/v1/queues/{queue}"
+    try:
+        while time.monotonic() < until:
+            if batch == 1:
+                _, sent = await http.request("POST", f"{base}/messages", {"body": "x"})
+                share.sent.append(sent["message_id"])
+            else:
+                _, sent = await http.request(
+                    "POST", f"{base}/messages", {"messages": [{"body": "x"}] * batch}
+                )
+                share.sent.extend(r["message_id"] for r in sent["results"])
+            start = time.perf_counter()
+            _, got = await http.request(
+                "GET", f"{base}/receive?max={batch}&visibility_timeout=600"
+            )
+            share.claim_seconds.append(time.perf_counter() - start)
+            messages = got["messages"]
+            share.claimed.extend(m["message_id"] for m in messages)
+            if not messages:
+                continue
+            start = time.perf_counter()
+            if batch == 1:
+                (message,) = messages
+                status, _ = await http.request(
+                    "DELETE", f"{base}/messages/{message['receipt_handle']}"
+                )
+                if status == 204:
+                    share.deleted.append(message["message_id"])
+            else:
+                _, result = await http.request(
+                    "POST", f"{base}/messages/delete",
+                    {"receipt_handles": [m["receipt_handle"] for m in messages]},
+                )
+                share.deleted.extend(
+                    m["message_id"] for m, r in zip(messages, result["results"], strict=True)
+                    if r["ok"]
+                )
+            share.delete_seconds.append(time.perf_counter() - start)
+    finally:
+        http.close()
+
+
+def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
+               seconds: float) -> Share:
+    """One generator process: `clients` concurrent clients for `seconds`."""
+    share = Share()
+    cpu = _cpu()
+
+    async def main() -> None:
+        until = time.monotonic() + seconds
+        if kind == "raw":
+            runs = [_raw_client(target, queue, batch, until, share) for _ in range(clients)]
+        else:
+            runs = [_rest_client(target, queue, batch, until, share) for _ in range(clients)]
+        await asyncio.gather(*runs)
+
+    asyncio.run(main())
+    share.cpu_seconds = _cpu() - cpu
+    return share
+
+
+@dataclass
+class Result:
+    kind: str
+    clients: int
+    batch: int
+    seconds: float
+    messages_per_second: float
+    lost: int
+    duplicated: int
+    claim_p99_ms: float
+    delete_p99_ms: float
+    generator_cpu_percent: float
+    service_cpu_percent: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds: float,
+        processes: int, remaining: Any, service_cpu: Any = None) -> Result:
+    """Runs the cycle with `clients` spread over `processes` generator processes.
+
+    `remaining()` returns the ids still in the queue afterwards (the cycle's
+    last sends may be unclaimed: not lost); `service_cpu()` the service's CPU
+    seconds so far, if there is a service.
+    """
+    processes = max(1, min(processes, clients))
+    per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    cpu_before = service_cpu() if service_cpu else None
+    start = time.monotonic()
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds) for n in per]
+        shares = [f.result() for f in futures]
+    wall = time.monotonic() - start
+    sent = [m for s in shares for m in s.sent]
+    deleted = [m for s in shares for m in s.deleted]
+    claimed = [m for s in shares for m in s.claimed]
+    left = set(remaining())
+    lost = len(set(sent) - set(deleted) - left)
+    duplicated = len(claimed) - len(set(claimed))
+    service_percent = None
+    if service_cpu and cpu_before is not None:
+        service_percent = 100 * (service_cpu() - cpu_before) / wall
+    return Result(
+        kind=kind, clients=clients, batch=batch, seconds=seconds,
+        messages_per_second=len(set(deleted)) / seconds,
+        lost=lost, duplicated=duplicated,
+        claim_p99_ms=percentile([t for s in shares for t in s.claim_seconds], 99) * 1000,
+        delete_p99_ms=percentile([t for s in shares for t in s.delete_seconds], 99) * 1000,
+        generator_cpu_percent=100 * sum(s.cpu_seconds for s in shares) / wall,
+        service_cpu_percent=service_percent,
+    )

@@ -1,0 +1,47 @@
+"""`python -m bench --quick` runs and produces a well-formed table (the benchmark
+itself never runs inside the test suite: its figures are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("cycle"))
+    assert lines[header].split() == [
+        "cycle", "raw", "msg/s", "rest", "msg/s", "rest/raw", "lost", "dup", "claim", "p99",
+        "delete", "p99", "gen", "CPU", "svc", "CPU",
+    ]
+    rows = lines[header + 1 : header + 5]
+    assert [row.split(",")[0] for row in rows] == ["single", "single", "batch 10", "batch 10"]
+    assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
+    assert any(line.startswith("send -> receive through a long poll") for line in lines)
+
+    report = json.loads(output.read_text())
+    assert report["quick"] is True and len(report["cycle"]) == 4
+    for row in report["cycle"]:
+        for side in ("raw", "rest"):
+            assert row[side]["messages_per_second"] > 0
+            assert row[side]["lost"] == 0
+        assert row["ratio"] > 0
+    (beats,) = report["heartbeats"]
+    assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
+    assert report["long_poll"]["n"] == 100
