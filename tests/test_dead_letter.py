@@ -414,3 +414,39 @@ async def test_expired_lease_does_not_use_the_ladder(client: httpx.AsyncClient) 
     (second,) = await receive(client, queue, wait=10)
     reclaimed_at = datetime.fromisoformat(second["lease_expires_at"]) - timedelta(seconds=1)
     assert reclaimed_at - datetime.fromisoformat(first["lease_expires_at"]) < timedelta(seconds=5)
+
+
+async def test_a_task_whose_runner_died_is_taken_over_and_finished(
+    app_factory: AppClient, db: asyncpg.Connection
+) -> None:
+    """A task left 'running' by a runner that died (its hold has run out) is
+    resumed by another process's runner, from where it stopped."""
+    setup = await app_factory()
+    await make_queue(setup, "dlq")
+    await make_queue(setup, "elsewhere")
+    await setup.post("/v1/queues/dlq/messages",
+                     json={"messages": [{"body": str(i)} for i in range(50)]})
+    # Half moved by the dead runner before it died: 25 already in "elsewhere".
+    task_id = await db.fetchval(
+        "INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, to_move_at_start, "
+        "moved, runner_until) SELECT d.id, e.id, 50, 25, now() - interval '1 second' "
+        "FROM queues d, queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' RETURNING id"
+    )
+    await db.execute(
+        "UPDATE messages SET queue_id = (SELECT id FROM queues WHERE name = 'elsewhere') "
+        "WHERE id IN (SELECT id FROM messages ORDER BY id LIMIT 25)"
+    )
+    survivor = await app_factory(redrive_scan_seconds=0.1)
+
+    async def completed() -> bool:
+        task = (await survivor.get(f"/v1/redrive-tasks/{task_id}")).json()
+        return bool(task["status"] == "completed")
+
+    await eventually(completed)
+    task = (await survivor.get(f"/v1/redrive-tasks/{task_id}")).json()
+    assert task["moved"] == 50 and task["remaining"] == 0
+    counts = dict(await db.fetch(
+        "SELECT q.name, count(m.id) FROM queues q LEFT JOIN messages m ON m.queue_id = q.id "
+        "GROUP BY q.name"
+    ))
+    assert counts == {"dlq": 0, "elsewhere": 50}
