@@ -21,6 +21,7 @@ from app import __version__
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.worker import Backoff
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,14 +77,28 @@ def _worker_parser(commands: Any) -> None:
     worker.add_argument(
         "--grace", type=float, default=30.0, help="seconds in-flight handlers get at shutdown"
     )
-    worker.add_argument(
-        "--retry-delay", type=float, default=0.0,
+    retries = worker.add_argument_group(
+        "retries",
+        "Without these options a failed message is released with no delay of the "
+        "worker's: the queue's retry ladder (its retry_backoff attribute) decides, and "
+        "on a queue without one the message is retried at once. --retry-delay gives the "
+        "worker a backoff of its own, whose delay overrides the queue's ladder.",
+    )
+    retries.add_argument(
+        "--retry-delay", type=float,
         help="seconds before a failed message is retried, first time (0: at once)",
     )
-    worker.add_argument(
-        "--retry-multiplier", type=float, default=2.0, help="retry delay growth per attempt"
+    retries.add_argument(
+        "--retry-multiplier", type=float,
+        help="growth of the retry delay per attempt (2; needs --retry-delay)",
     )
-    worker.add_argument("--retry-max", type=float, default=900.0, help="longest retry delay")
+    retries.add_argument(
+        "--retry-max", type=float, help="longest retry delay (900; needs --retry-delay)"
+    )
+    retries.add_argument(
+        "--retry-jitter", type=float,
+        help="spread of the retry delay, a fraction (0.2; needs --retry-delay)",
+    )
     worker.add_argument(
         "--app-dir", default=".", help="directory put first on sys.path to import from (.)"
     )
@@ -218,8 +233,30 @@ def load_handler(spec: str, app_dir: str = ".") -> Callable[..., Any]:
     return handler
 
 
+def worker_backoff(args: argparse.Namespace) -> Backoff | None:
+    """The worker's own backoff from the --retry-* options; None (the queue's retry
+    ladder decides) without --retry-delay. ValueError for options that do not fit."""
+    from app.worker import Backoff
+
+    if args.retry_delay is None:
+        given = [
+            f"--retry-{name}" for name in ("multiplier", "max", "jitter")
+            if getattr(args, f"retry_{name}") is not None
+        ]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} --retry-delay")
+        return None
+    options: dict[str, float] = {"initial": args.retry_delay}
+    for name, field in (("multiplier", "multiplier"), ("max", "maximum"), ("jitter", "jitter")):
+        value = getattr(args, f"retry_{name}")
+        if value is not None:
+            options[field] = value
+    return Backoff(**options)
+
+
 def _worker(args: argparse.Namespace) -> int:
-    from app.worker import Backoff, ClientError, Worker
+    from app.worker import ClientError, Worker
 
     logging.basicConfig(
         level=str(args.log_level).upper(),
@@ -241,10 +278,7 @@ def _worker(args: argparse.Namespace) -> int:
             heartbeat=args.heartbeat,
             wait=args.wait,
             grace=args.grace,
-            backoff=Backoff(
-                initial=args.retry_delay, multiplier=args.retry_multiplier,
-                maximum=args.retry_max,
-            ),
+            backoff=worker_backoff(args),
         )
     except ValueError as exc:
         print(f"leaseq worker: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ from processes import LEASEQ, service_env
 from support import wait_until
 
 import app.worker
+from app.cli import _parser, worker_backoff
 from app.worker import (
     ApiError,
     AsyncClient,
@@ -38,9 +40,11 @@ from app.worker import (
     LeaseClock,
     LeaseLost,
     Message,
+    Outcome,
     OutgoingMessage,
     QueueAlreadyExists,
     QueueNotFound,
+    Released,
     Unreachable,
     ValidationError,
     Worker,
@@ -150,10 +154,13 @@ async def test_the_async_client_speaks_the_whole_message_api(api: AsyncClient) -
     assert lease.lease_seconds == 12
     saved = await api.checkpoint("sdk", first.receipt_handle, {"next": 4})
     assert saved.lease_seconds == 30  # the service renews a checkpoint by the queue's timeout
+    saved = await api.checkpoint("sdk", first.receipt_handle, {"next": 4}, timeout=11)
+    assert saved.lease_seconds == 11  # ... or by the timeout it is given
     extended = await api.extend_batch("sdk", [(m.receipt_handle, 9) for m in got])
     assert [r.lease_seconds for r in extended if not isinstance(r, ApiError)] == [9, 9, 9]
 
-    await api.release("sdk", first.receipt_handle, 0)
+    released = await api.release("sdk", first.receipt_handle)  # no ladder: at once
+    assert isinstance(released, Released) and released.delay_seconds == 0
     (again,) = await api.receive("sdk", wait=0)
     assert again.message_id == one.message_id and again.checkpoint == {"next": 4}
     assert again.receive_count == 2 and again.fencing_token > first.fencing_token
@@ -348,6 +355,52 @@ async def test_a_failing_handler_is_released_for_a_retry_after_the_backoff(
     assert [count for count, _ in attempts] == [1, 2]
     assert attempts[1][1] - attempts[0][1] >= 0.9  # the 1 s backoff
     assert worker.stats.failed == 1 and worker.stats.released == 1
+
+
+async def test_without_backoff_the_queue_s_retry_ladder_delays_a_failed_message(
+    api: AsyncClient, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ladder = {"initial": 30, "multiplier": 2, "max": 300, "jitter": 0}
+    await api.create_queue("ladder", visibility_timeout=60, retry_backoff=ladder)
+    sent = await api.send("ladder", "flaky")
+
+    def handler(message: Message, ctx: Context) -> None:
+        raise RuntimeError("fails")
+
+    worker = Worker(handler, queue="ladder", url=url, wait=1)
+    assert worker.backoff is None
+    with caplog.at_level(logging.INFO, logger="leaseq.worker"):
+        async with running(worker):
+            await wait_until(lambda: worker.stats.released == 1, seconds=10)
+            # released through POST .../release with no delay: the ladder's 30 s
+            # apply (a release at once, or a lapsed lease, would leave it visible)
+            now = await stats(api, "ladder")
+            assert (now["visible"], now["in_flight"], now["delayed"]) == (0, 0, 1)
+    assert [(m, o) for m, _t, o in worker.stats.recent] == [(sent.message_id, Outcome.RELEASED)]
+    assert worker.stats.failed == 1 and worker.stats.received == 1
+    assert "released (its handler failed), visible again in 30s" in caplog.text
+
+
+async def test_an_explicit_backoff_s_delay_overrides_the_queue_s_ladder(
+    api: AsyncClient, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ladder = {"initial": 300, "max": 300, "jitter": 0}
+    await api.create_queue("own", visibility_timeout=60, retry_backoff=ladder)
+    await api.send("own", "flaky")
+    attempts: list[float] = []
+
+    async def handler(message: Message, ctx: AsyncContext) -> None:
+        attempts.append(time.monotonic())
+        if message.receive_count == 1:
+            raise RuntimeError("first attempt fails")
+
+    worker = Worker(handler, queue="own", url=url, wait=1, backoff=Backoff(initial=1, jitter=0))
+    with caplog.at_level(logging.INFO, logger="leaseq.worker"):
+        async with running(worker):
+            # the ladder would hold the message for 300 s; the worker asked for 1 s
+            await wait_until(lambda: worker.stats.acknowledged == 1, seconds=10)
+    assert len(attempts) == 2 and attempts[1] - attempts[0] >= 0.9
+    assert "released (its handler failed), visible again in 1s" in caplog.text
 
 
 async def test_without_backoff_a_failed_message_is_retried_at_once(
@@ -548,6 +601,37 @@ async def test_a_checkpoint_renews_the_lease_and_resumes_a_redelivered_job(
     assert before < 1.1 and after > 1.8
 
 
+async def test_a_checkpoint_keeps_the_worker_s_lease_on_a_queue_with_a_zero_timeout(
+    api: AsyncClient, url: str
+) -> None:
+    # The queue's visibility_timeout is 0: a checkpoint renewed by it would make
+    # the message visible at once. The worker sends its own lease as the timeout.
+    await api.create_queue("zero", visibility_timeout=0)
+    await api.send("zero", "job")
+    checkpointed = threading.Event()
+    finish = threading.Event()
+    grants: list[tuple[int, float]] = []
+
+    def handler(message: Message, ctx: Context) -> None:
+        granted = ctx.checkpoint({"next": 1})
+        grants.append((granted.lease_seconds, ctx.lease_remaining))
+        checkpointed.set()
+        finish.wait(10)
+        ctx.raise_if_cancelled()
+
+    # beats only every 4.9 s: until then the checkpoint alone holds the lease
+    worker = Worker(handler, queue="zero", url=url, wait=1, lease=5, heartbeat_period=4.9)
+    async with running(worker):
+        await wait_until(checkpointed.is_set)
+        assert await api.receive("zero", visibility_timeout=30, wait=0) == []  # a rival
+        assert (await stats(api, "zero"))["in_flight"] == 1
+        finish.set()
+        await wait_until(lambda: worker.stats.acknowledged == 1)
+    ((granted, remaining),) = grants
+    assert granted == 5 and remaining > 4.0
+    assert worker.stats.abandoned == 0 and worker.stats.beats == 0
+
+
 async def test_an_async_checkpoint_from_a_handler_on_the_heartbeat_thread(
     api: AsyncClient, url: str
 ) -> None:
@@ -704,6 +788,19 @@ def test_worker_options_are_checked(options: dict[str, Any], message: str) -> No
 
     with pytest.raises(ValueError, match=message):
         Worker(handler, queue="q", **options)
+
+
+def test_the_cli_s_retry_options_give_the_worker_a_backoff_or_leave_it_to_the_queue() -> None:
+    def backoff(*options: str) -> Backoff | None:
+        return worker_backoff(_parser().parse_args(["worker", "--queue", "q", *options, "m:f"]))
+
+    assert backoff() is None  # the queue's retry ladder decides
+    assert backoff("--retry-delay", "0") == Backoff(initial=0)
+    assert backoff("--retry-delay", "5", "--retry-max", "60", "--retry-jitter", "0") == Backoff(
+        initial=5, maximum=60, jitter=0
+    )
+    with pytest.raises(ValueError, match="--retry-multiplier needs --retry-delay"):
+        backoff("--retry-multiplier", "3")
 
 
 def test_the_cli_refuses_a_handler_it_cannot_load() -> None:

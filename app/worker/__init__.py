@@ -24,7 +24,7 @@ from app.worker.errors import (
     ValidationError,
 )
 from app.worker.lease import LeaseClock
-from app.worker.models import Lease, Message, OutgoingMessage, Sent
+from app.worker.models import Lease, Message, OutgoingMessage, Released, Sent
 from app.worker.worker import Outcome, Worker, WorkerStats
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "OutgoingMessage",
     "QueueAlreadyExists",
     "QueueNotFound",
+    "Released",
     "RequestTooLarge",
     "Sent",
     "ServiceUnavailable",

@@ -1,4 +1,5 @@
-"""Client-side retry delays for messages whose handler failed."""
+"""Client-side retry delays for messages whose handler failed (optional: by
+default the queue's own retry ladder decides)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ class Backoff:
     `initial * multiplier ** (receive_count - 1)`, capped at `maximum`, spread by
     ±`jitter` (a fraction), in whole seconds. The default (`initial=0`) retries at once.
 
-    The service's own retry ladder (issue 4) will replace this; until then the
-    delay is applied as the visibility timeout of the release.
+    A worker without one leaves the delay to the queue's retry ladder
+    (`retry_backoff`, applied by the service to a release that names no delay).
+    A worker given one computes the delay here and sends it with the release,
+    which overrides the queue's ladder.
     """
 
     initial: float = 0.0

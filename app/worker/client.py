@@ -25,7 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from app.worker.errors import ApiError, Unreachable, api_error
-from app.worker.models import Lease, Message, OutgoingMessage, Sent
+from app.worker.models import Lease, Message, OutgoingMessage, Released, Sent
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_MARGIN = 10.0
@@ -95,9 +95,13 @@ def _lease(response: httpx.Response) -> Lease:
     return Lease.from_json(response.json())
 
 
+def _released(response: httpx.Response) -> Released:
+    return Released.from_json(response.json())
+
+
 class _calls:
     @staticmethod
-    def create_queue(name: str, attributes: dict[str, int]) -> _Call[dict[str, Any]]:
+    def create_queue(name: str, attributes: dict[str, Any]) -> _Call[dict[str, Any]]:
         return _Call("POST", "/v1/queues", _json, json={"name": name, **attributes})
 
     @staticmethod
@@ -153,19 +157,24 @@ class _calls:
                      json={"timeout": timeout})
 
     @staticmethod
-    def release(queue: str, handle: str, delay: int) -> _Call[Lease]:
-        # The service has no release endpoint (with its own retry ladder) yet:
-        # a release is a visibility change to `delay` seconds (0: at once). When
-        # `POST .../release` exists, this is the one place to switch.
-        return _calls.extend(queue, handle, delay)
+    def release(queue: str, handle: str, delay: int | None) -> _Call[Released]:
+        # A failed attempt. Without a delay the service applies the queue's
+        # retry ladder (`retry_backoff`), and without a ladder releases at once.
+        body = {} if delay is None else {"delay": delay}
+        return _Call("POST", f"{_h(queue, handle)}/release", _released, json=body)
 
     @staticmethod
     def delete(queue: str, handle: str) -> _Call[None]:
         return _Call("DELETE", _h(queue, handle), _none)
 
     @staticmethod
-    def checkpoint(queue: str, handle: str, cursor: Any) -> _Call[Lease]:
-        return _Call("PUT", f"{_h(queue, handle)}/checkpoint", _lease, json={"cursor": cursor})
+    def checkpoint(
+        queue: str, handle: str, cursor: Any, timeout: int | None = None
+    ) -> _Call[Lease]:
+        body: dict[str, Any] = {"cursor": cursor}
+        if timeout is not None:
+            body["timeout"] = timeout
+        return _Call("PUT", f"{_h(queue, handle)}/checkpoint", _lease, json=body)
 
     @staticmethod
     def extend_batch(
@@ -251,8 +260,9 @@ class Client(_Base):
     ) -> None:
         self.close()
 
-    def create_queue(self, name: str, **attributes: int) -> dict[str, Any]:
-        """Create a queue (or return the existing one with the same attributes)."""
+    def create_queue(self, name: str, **attributes: Any) -> dict[str, Any]:
+        """Create a queue (or return the existing one with the same attributes):
+        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
         return self._run(_calls.create_queue(name, attributes))
 
     def get_queue(self, name: str) -> dict[str, Any]:
@@ -290,17 +300,23 @@ class Client(_Base):
         """Heartbeat: the lease ends `timeout` seconds from now. `LeaseLost` when gone."""
         return self._run(_calls.extend(queue, handle, timeout), request_timeout)
 
-    def release(self, queue: str, handle: str, delay: int = 0) -> Lease:
-        """Give the message back, visible again after `delay` seconds."""
+    def release(self, queue: str, handle: str, delay: int | None = None) -> Released:
+        """A failed attempt: give the message back (`POST .../release`), visible
+        again after `delay` seconds (0-43200); without one, after the queue's retry
+        ladder's delay for its receive count, or at once when the queue has none.
+        The answer says which delay was applied. `LeaseLost` when the claim is gone."""
         return self._run(_calls.release(queue, handle, delay))
 
     def delete(self, queue: str, handle: str) -> None:
         """Acknowledge: deletes the message while this handle holds it, else `LeaseLost`."""
         self._run(_calls.delete(queue, handle))
 
-    def checkpoint(self, queue: str, handle: str, cursor: Any) -> Lease:
-        """Record a cursor (returned by the next receive) and renew the lease."""
-        return self._run(_calls.checkpoint(queue, handle, cursor))
+    def checkpoint(
+        self, queue: str, handle: str, cursor: Any, *, timeout: int | None = None
+    ) -> Lease:
+        """Record a cursor (returned by the next receive) and renew the lease: by
+        `timeout` seconds from now (0-43200), else by the queue's visibility_timeout."""
+        return self._run(_calls.checkpoint(queue, handle, cursor, timeout))
 
     def extend_batch(
         self, queue: str, entries: Sequence[tuple[str, int]]
@@ -353,8 +369,9 @@ class AsyncClient(_Base):
     ) -> None:
         await self.aclose()
 
-    async def create_queue(self, name: str, **attributes: int) -> dict[str, Any]:
-        """Create a queue (or return the existing one with the same attributes)."""
+    async def create_queue(self, name: str, **attributes: Any) -> dict[str, Any]:
+        """Create a queue (or return the existing one with the same attributes):
+        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
         return await self._run(_calls.create_queue(name, attributes))
 
     async def get_queue(self, name: str) -> dict[str, Any]:
@@ -398,17 +415,28 @@ class AsyncClient(_Base):
         """Heartbeat: the lease ends `timeout` seconds from now. `LeaseLost` when gone."""
         return await self._run(_calls.extend(queue, handle, timeout), request_timeout)
 
-    async def release(self, queue: str, handle: str, delay: int = 0) -> Lease:
-        """Give the message back, visible again after `delay` seconds."""
+    async def release(self, queue: str, handle: str, delay: int | None = None) -> Released:
+        """A failed attempt: give the message back (`POST .../release`), visible
+        again after `delay` seconds (0-43200); without one, after the queue's retry
+        ladder's delay for its receive count, or at once when the queue has none.
+        The answer says which delay was applied. `LeaseLost` when the claim is gone."""
         return await self._run(_calls.release(queue, handle, delay))
 
     async def delete(self, queue: str, handle: str) -> None:
         """Acknowledge: deletes the message while this handle holds it, else `LeaseLost`."""
         await self._run(_calls.delete(queue, handle))
 
-    async def checkpoint(self, queue: str, handle: str, cursor: Any) -> Lease:
-        """Record a cursor (returned by the next receive) and renew the lease."""
-        return await self._run(_calls.checkpoint(queue, handle, cursor))
+    async def checkpoint(
+        self,
+        queue: str,
+        handle: str,
+        cursor: Any,
+        *,
+        timeout: int | None = None,  # noqa: ASYNC109 - the lease's new length, the API's own name
+    ) -> Lease:
+        """Record a cursor (returned by the next receive) and renew the lease: by
+        `timeout` seconds from now (0-43200), else by the queue's visibility_timeout."""
+        return await self._run(_calls.checkpoint(queue, handle, cursor, timeout))
 
     async def extend_batch(
         self, queue: str, entries: Sequence[tuple[str, int]]

@@ -81,9 +81,10 @@ class Context(_Base):
     """The context of a sync handler (which runs in a thread of its own)."""
 
     def checkpoint(self, cursor: Any) -> Lease:
-        """Record `cursor` (any JSON) for this message and renew its lease. The next
-        receive of the message returns it as `message.checkpoint`. Raises
-        `HandlerCancelled` when the claim is gone."""
+        """Record `cursor` (any JSON) for this message and renew its lease by the
+        worker's full lease (never shortening it). The next receive of the message
+        returns it as `message.checkpoint`. Raises `HandlerCancelled` when the claim
+        is gone."""
         self.raise_if_cancelled()
         future = asyncio.run_coroutine_threadsafe(self._checkpoint_call(cursor), self._loop)
         # The request has its own HTTP timeout; this only bounds a loop that has gone.
@@ -94,9 +95,10 @@ class AsyncContext(_Base):
     """The context of an async handler."""
 
     async def checkpoint(self, cursor: Any) -> Lease:
-        """Record `cursor` (any JSON) for this message and renew its lease. The next
-        receive of the message returns it as `message.checkpoint`. Raises
-        `HandlerCancelled` when the claim is gone."""
+        """Record `cursor` (any JSON) for this message and renew its lease by the
+        worker's full lease (never shortening it). The next receive of the message
+        returns it as `message.checkpoint`. Raises `HandlerCancelled` when the claim
+        is gone."""
         self.raise_if_cancelled()
         call = self._checkpoint_call(cursor)
         if self._loop is asyncio.get_running_loop():

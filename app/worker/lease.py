@@ -4,8 +4,8 @@ The deadline lives on this process's monotonic clock. It starts when the
 receive request is *sent* (the service starts the lease later than that, never
 earlier, so the local deadline is never later than the service's) and moves
 only when an extension or checkpoint succeeds: to the moment that request was
-sent plus the seconds granted. `lease_expires_at` from the service is never
-used: it is another machine's wall clock.
+sent plus the seconds granted (both ask for the full lease). `lease_expires_at`
+from the service is never used: it is another machine's wall clock.
 
 The watchdog is `LeaseClock.cancel`: the first reason given wins, the handler's
 cancellation callbacks run once, and the worker will not acknowledge.
@@ -98,7 +98,7 @@ class LeaseClock:
                 return
             self._renewed_from = sent_at
             self._deadline = sent_at + granted
-            # A shorter grant (a checkpoint renews by the queue's timeout) beats sooner.
+            # A shorter grant than the lease (the service's answer rules) beats sooner.
             self._next_beat = sent_at + self.period * min(1.0, granted / self.seconds)
 
     def beat_failed(self, at: float) -> None:
@@ -201,13 +201,14 @@ async def heartbeat(lease: LeaseClock, client: AsyncClient, queue: str) -> None:
 async def save_checkpoint(
     lease: LeaseClock, client: AsyncClient, queue: str, cursor: Any
 ) -> Lease | None:
-    """PUT the cursor; the service renews the lease with it. None when the claim is
-    gone (the watchdog has fired)."""
+    """PUT the cursor; the service renews the lease with it by this lease's full
+    length (`timeout`), so a checkpoint never shortens it, whatever the queue's
+    visibility_timeout. None when the claim is gone (the watchdog has fired)."""
     if lease.cancelled:
         return None
     sent = lease.clock()
     try:
-        granted = await client.checkpoint(queue, lease.handle, cursor)
+        granted = await client.checkpoint(queue, lease.handle, cursor, timeout=lease.seconds)
     except LOST as exc:
         log.warning("checkpoint for %s: %s", _short(lease.handle), exc)
         lease.cancel(CancelReason.LEASE_LOST)

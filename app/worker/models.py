@@ -62,6 +62,23 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Released:
+    """The answer to a release: the message is visible again `delay_seconds` after
+    the service ran the release (the delay asked for, else the queue's retry ladder's,
+    else 0); `visible_at` is the server's time, for information only."""
+
+    delay_seconds: float
+    visible_at: datetime
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Released:
+        return cls(
+            delay_seconds=float(data["delay_seconds"]),
+            visible_at=_time(data["visible_at"]),
+        )
+
+
+@dataclass(frozen=True)
 class Sent:
     message_id: str
     sent_at: datetime

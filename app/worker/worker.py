@@ -23,7 +23,9 @@ For every message:
    is neither acknowledged nor released: it is no longer ours.
 4. On success the message is acknowledged (a conditional `DELETE`; a rejection
    is logged and counted, never retried). On an exception it is released for
-   another attempt after the `Backoff` delay.
+   another attempt (`POST .../release`): after the queue's retry ladder
+   (`retry_backoff`) decides, or after the delay of the worker's own `Backoff`
+   when it was given one.
 5. On SIGTERM/SIGINT the worker stops receiving, gives in-flight handlers
    `grace` seconds, then cancels them and releases their messages at once. A
    second signal skips the rest of the grace period.
@@ -58,7 +60,7 @@ from app.worker.errors import (
     Unreachable,
 )
 from app.worker.lease import HeartbeatThread, LeaseClock, heartbeat
-from app.worker.models import Message
+from app.worker.models import Message, Released
 
 log = logging.getLogger("leaseq.worker")
 
@@ -135,7 +137,10 @@ class Worker:
         """`lease`: seconds each claim lasts and each beat extends to (None: the
         queue's visibility_timeout). `heartbeat_period`: seconds between beats
         (None: a third of the lease). `wait`: long-poll seconds (0-20).
-        `grace`: seconds in-flight handlers get at shutdown. `transport`: for
+        `grace`: seconds in-flight handlers get at shutdown. `backoff`: the
+        delay before a failed message is retried, computed here and sent with
+        the release (None: the service's retry ladder of the queue decides, or
+        the message is retried at once on a queue without one). `transport`: for
         tests, makes the HTTP transports of the clients in the worker's own loop
         (not of the heartbeat thread)."""
         if concurrency < 1:
@@ -162,7 +167,7 @@ class Worker:
         )
         self.wait = wait
         self.grace = grace
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff
         self.stats = WorkerStats()
         self._transport = transport
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -220,9 +225,10 @@ class Worker:
         if self.heartbeat_mode == "thread":
             self._beats = HeartbeatThread(lambda: AsyncClient(self.url))
         log.info(
-            "worker on %s queue %r: concurrency %d, lease %s, heartbeat %s",
+            "worker on %s queue %r: concurrency %d, lease %s, heartbeat %s, retries %s",
             self.url, self.queue, self.concurrency,
             f"{self.lease}s" if self.lease else "of the queue", self.heartbeat_mode,
+            "by the queue's ladder" if self.backoff is None else f"by {self.backoff}",
         )
         receiver = asyncio.create_task(self._receive_loop(), name="leaseq-receive")
         stopping = asyncio.create_task(self._stopping.wait())
@@ -434,9 +440,11 @@ class Worker:
             await self._acknowledge(job)
         elif outcome == "failed":
             self.stats.failed += 1
-            delay = self.backoff.delay(job.message.receive_count)
-            log.warning("%s failed: %r; released for retry in %ds", job, error, delay,
-                        exc_info=error)
+            # None: the queue's retry ladder decides (the service's answer says how long).
+            delay = None if self.backoff is None else self.backoff.delay(
+                job.message.receive_count
+            )
+            log.warning("%s failed: %r; releasing it for a retry", job, error, exc_info=error)
             await self._release(job, delay, why="its handler failed")
         else:  # cancelled at shutdown, or the handler cancelled itself
             await self._release(job, 0, why="its handler was cancelled")
@@ -467,27 +475,30 @@ class Worker:
             log.info("%s acknowledged", job)
             return
 
-    async def _release(self, job: _Job, delay: int, *, why: str) -> None:
-        """Give the message back for another attempt after `delay` seconds.
-
-        The one place the worker releases. Today the request is a visibility
-        change (the service has no release endpoint or retry ladder yet), built
-        by `_calls.release` in client.py: switching to `POST .../release` is a
-        change there, and the client-side `Backoff` then gives way to the
-        queue's ladder.
-        """
+    async def _release(self, job: _Job, delay: int | None, *, why: str) -> None:
+        """Give the message back for another attempt (`POST .../release`) after
+        `delay` seconds, or, with None, after the delay the queue's retry ladder
+        gives (at once on a queue without one). The one place the worker releases."""
         assert self._control is not None
         try:
-            await self._control.release(self.queue, job.message.receipt_handle, delay)
+            released: Released = await self._control.release(
+                self.queue, job.message.receipt_handle, delay
+            )
         except (Unreachable, ApiError) as exc:
             log.warning("%s: release failed (%r); it returns when its lease ends", job, exc)
             return
         self._record(job, Outcome.RELEASED)
         self.stats.released += 1
-        log.info("%s released (%s), visible again in %ds", job, why, delay)
+        log.info("%s released (%s), visible again in %ss", job, why,
+                 _seconds(released.delay_seconds))
 
     def _record(self, job: _Job, outcome: Outcome) -> None:
         self.stats.recent.append((job.message.message_id, job.message.fencing_token, outcome))
+
+
+def _seconds(value: float) -> str:
+    """A delay for the log: whole seconds as such, else to the hundredth."""
+    return f"{round(value, 2):g}"
 
 
 def _report_heartbeat_crash(future: concurrent.futures.Future[None]) -> None:
