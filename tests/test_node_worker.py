@@ -1,5 +1,6 @@
 """The Node.js worker (examples/node-worker) against the real service: it processes,
-heartbeats, checkpoints and acknowledges, and a 409 on a heartbeat aborts its handler.
+heartbeats, checkpoints and acknowledges, releases a failure through the release
+endpoint, and a 409 on a heartbeat aborts its handler.
 
 Runs `node` from PATH (Node 20+); skipped only when there is none.
 """
@@ -150,4 +151,24 @@ async def test_a_409_on_a_node_heartbeat_aborts_the_handler(
     assert not worker.said(rf"\(fencing {started['fencing']}\) acknowledged$")
     assert not worker.events("finished")
     await api.delete("node409", mine.receipt_handle)  # our claim was never touched
+    assert await worker.stop() == 0, worker.log()
+
+
+async def test_the_node_worker_releases_through_the_endpoint_and_checkpoints_by_its_lease(
+    api: AsyncClient, node_worker: Any
+) -> None:
+    # The queue's retry ladder holds a released message for 30 s (a visibility
+    # change to 0 would not); its visibility_timeout of 0 would end the lease at
+    # a checkpoint that did not send the worker's own lease as its timeout.
+    ladder = {"initial": 30, "max": 30, "jitter": 0}
+    await api.create_queue("nodeladder", visibility_timeout=0, retry_backoff=ladder)
+    await api.send(
+        "nodeladder", json.dumps({"steps": 3, "step": 0.05, "checkpoint": True, "fail": True})
+    )
+    worker = await node_worker("nodeladder", "--lease", "5")
+    await wait_until(lambda: worker.said(r"released, visible again in 30s$"), seconds=20)
+    stats = (await api.get_queue("nodeladder"))["stats"]
+    assert (stats["visible"], stats["in_flight"], stats["delayed"]) == (0, 0, 1)
+    assert [e["receive_count"] for e in worker.events("started")] == [1]
+    assert not worker.events("aborted")
     assert await worker.stop() == 0, worker.log()

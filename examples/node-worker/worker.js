@@ -3,7 +3,8 @@
 //
 //   node worker.js --url http://127.0.0.1:8000 --queue emails [--concurrency N]
 //                  [--lease S] [--heartbeat-period S] [--wait S] [--grace S]
-//                  [--retry-delay S] handler.js[:exportName]
+//                  [--retry-delay S [--retry-multiplier X] [--retry-max S]]
+//                  handler.js[:exportName]
 //
 // The handler module exports `handle(message, ctx)` (or a default export, or the
 // named export): an async function. `ctx` has `signal` (an AbortSignal that aborts
@@ -20,7 +21,10 @@
 //   because beats kept failing, and the message is then neither acknowledged nor
 //   released;
 // - success is acknowledged with a conditional DELETE; an exception releases the
-//   message (a visibility change to the retry delay) for another attempt.
+//   message for another attempt (POST .../release): after the delay of the queue's
+//   retry ladder (its retry_backoff), or after --retry-delay's when that is given;
+// - a checkpoint renews the lease by the worker's full lease (its `timeout`), so
+//   it never shortens it whatever the queue's visibility_timeout.
 //
 // JavaScript runs handlers and timers on one thread: a handler that blocks it
 // (a long synchronous loop) blocks the heartbeat too. Keep handlers asynchronous
@@ -100,18 +104,21 @@ export class Client {
     return this.call('PATCH', `${Client.message(queue, handle)}/visibility`, { body: { timeout }, ...options });
   }
 
-  // The service has no release endpoint (with its retry ladder) yet: a release is
-  // a visibility change to `delay` seconds. Switch to POST .../release here.
-  release(queue, handle, delay = 0) {
-    return this.extend(queue, handle, delay, { timeoutMs: 30_000 });
+  // A failed attempt: visible again after `delay` seconds; without one the queue's
+  // retry ladder decides (at once without a ladder). Answers { delay_seconds, visible_at }.
+  release(queue, handle, delay) {
+    const body = delay === undefined ? {} : { delay };
+    return this.call('POST', `${Client.message(queue, handle)}/release`, { body, timeoutMs: 30_000 });
   }
 
   delete(queue, handle) {
     return this.call('DELETE', Client.message(queue, handle), { timeoutMs: 30_000 });
   }
 
-  checkpoint(queue, handle, cursor, options = {}) {
-    return this.call('PUT', `${Client.message(queue, handle)}/checkpoint`, { body: { cursor }, ...options });
+  // Renews the lease by `timeout` seconds (default: the queue's visibility_timeout).
+  checkpoint(queue, handle, cursor, { timeout, ...options } = {}) {
+    const body = timeout === undefined ? { cursor } : { cursor, timeout };
+    return this.call('PUT', `${Client.message(queue, handle)}/checkpoint`, { body, ...options });
   }
 }
 
@@ -219,12 +226,16 @@ function makeContext(client, queue, message, lease) {
       if (lease.cancelled) throw new HandlerCancelled(lease.reason);
     },
     // Record a cursor (returned as message.checkpoint on redelivery); the service
-    // renews the lease with it.
+    // renews the lease with it, by the full lease (never shortening it).
     async checkpoint(cursor) {
       this.throwIfCancelled();
       const sent = performance.now();
       try {
-        const granted = await client.checkpoint(queue, lease.handle, cursor, { timeoutMs: 30_000, signal: lease.signal });
+        const granted = await client.checkpoint(queue, lease.handle, cursor, {
+          timeout: lease.seconds,
+          timeoutMs: 30_000,
+          signal: lease.signal,
+        });
         lease.renewed(sent, granted.lease_seconds);
         return granted;
       } catch (err) {
@@ -239,7 +250,8 @@ function makeContext(client, queue, message, lease) {
 // -- the worker ----------------------------------------------------------------------
 
 export class Worker {
-  constructor(handler, { url, queue, concurrency = 1, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay = 0, retryMultiplier = 2, retryMax = 900 }) {
+  // retryDelay undefined: the queue's retry ladder decides the delay of a release.
+  constructor(handler, { url, queue, concurrency = 1, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay, retryMultiplier = 2, retryMax = 900 }) {
     this.handler = handler;
     this.client = new Client(url);
     this.url = url;
@@ -249,7 +261,7 @@ export class Worker {
     this.heartbeatPeriod = heartbeatPeriod;
     this.wait = wait;
     this.grace = grace;
-    this.retry = { initial: retryDelay, multiplier: retryMultiplier, max: retryMax };
+    this.retry = retryDelay === undefined ? null : { initial: retryDelay, multiplier: retryMultiplier, max: retryMax };
     this.jobs = new Map(); // promise -> { message, lease, settled }
     this.stopping = false;
     this.hurry = new AbortController();
@@ -263,14 +275,17 @@ export class Worker {
     this.stopPolling.abort();
   }
 
+  // The worker's own delay for a failed attempt, or undefined: the queue's ladder decides.
   retryDelay(receiveCount) {
+    if (this.retry === null) return undefined;
     const { initial, multiplier, max } = this.retry;
     if (initial <= 0) return 0;
-    return Math.round(Math.min(max, initial * multiplier ** (receiveCount - 1)));
+    return Math.min(43_200, Math.round(Math.min(max, initial * multiplier ** (receiveCount - 1))));
   }
 
   async run() {
-    log(`worker on ${this.url} queue '${this.queue}': concurrency ${this.concurrency}, lease ${this.lease ? this.lease + 's' : 'of the queue'}`);
+    const retries = this.retry ? `from ${this.retry.initial}s` : "by the queue's ladder";
+    log(`worker on ${this.url} queue '${this.queue}': concurrency ${this.concurrency}, lease ${this.lease ? this.lease + 's' : 'of the queue'}, retries ${retries}`);
     let failures = 0;
     let fatal = null;
     while (!this.stopping) {
@@ -365,15 +380,17 @@ export class Worker {
       }
       return;
     }
+    // a cancelled handler's message is released at once; a failed one after the retry delay
     const delay = outcome === 'failed' ? this.retryDelay(message.receive_count) : 0;
-    if (outcome === 'failed') log(`${job.name} failed: ${error?.stack ?? error}; released for retry in ${delay}s`);
+    if (outcome === 'failed') log(`${job.name} failed: ${error?.stack ?? error}; releasing it for a retry`);
     await this.release(job, delay);
   }
 
   async release(job, delay) {
     try {
-      await this.client.release(this.queue, job.message.receipt_handle, delay);
-      log(`${job.name} released, visible again in ${delay}s`);
+      const released = await this.client.release(this.queue, job.message.receipt_handle, delay);
+      const seconds = Number(released.delay_seconds.toFixed(2));
+      log(`${job.name} released, visible again in ${seconds}s`);
     } catch (err) {
       log(`${job.name}: release failed (${err.message}); it returns when its lease ends`);
     }
@@ -423,13 +440,19 @@ async function main() {
       'heartbeat-period': { type: 'string' },
       wait: { type: 'string', default: '20' },
       grace: { type: 'string', default: '30' },
-      'retry-delay': { type: 'string', default: '0' },
+      'retry-delay': { type: 'string' },
+      'retry-multiplier': { type: 'string' },
+      'retry-max': { type: 'string' },
       handler: { type: 'string' },
     },
   });
   const spec = values.handler ?? positionals[0];
   if (!values.queue || !spec) {
     console.error('usage: node worker.js --queue QUEUE [--url URL] [--concurrency N] [--lease S] handler.js[:export]');
+    return 2;
+  }
+  if (values['retry-delay'] === undefined && (values['retry-multiplier'] ?? values['retry-max']) !== undefined) {
+    console.error('leaseq worker: --retry-multiplier and --retry-max need --retry-delay');
     return 2;
   }
   const handler = await loadHandler(spec);
@@ -441,7 +464,9 @@ async function main() {
     heartbeatPeriod: values['heartbeat-period'] === undefined ? undefined : Number(values['heartbeat-period']),
     wait: Number(values.wait),
     grace: Number(values.grace),
-    retryDelay: Number(values['retry-delay']),
+    retryDelay: values['retry-delay'] === undefined ? undefined : Number(values['retry-delay']),
+    retryMultiplier: values['retry-multiplier'] === undefined ? undefined : Number(values['retry-multiplier']),
+    retryMax: values['retry-max'] === undefined ? undefined : Number(values['retry-max']),
   });
   for (const signal of ['SIGTERM', 'SIGINT']) {
     process.on(signal, () => {
