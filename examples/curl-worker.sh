@@ -10,11 +10,14 @@
 # answers 409 (the message is someone else's now), or the lease runs out because
 # extensions kept failing, COMMAND is killed (SIGTERM) and the message is left
 # alone. When COMMAND exits 0 the message is deleted (acknowledged); otherwise it
-# is released for another attempt at once.
+# is released for another attempt (POST .../release): after the delay of the
+# queue's retry ladder (its retry_backoff; at once without one), or after
+# LEASEQ_RETRY_DELAY seconds when that is set.
 #
 # Settings (environment): LEASEQ_URL (http://127.0.0.1:8000), LEASEQ_LEASE
-# (seconds, 30), LEASEQ_WAIT (long-poll seconds, 20), LEASEQ_ONCE (set: handle one
-# message, then exit). SIGTERM/SIGINT stop it after the current message.
+# (seconds, 30), LEASEQ_WAIT (long-poll seconds, 20), LEASEQ_RETRY_DELAY (seconds,
+# unset: the queue's ladder decides), LEASEQ_ONCE (set: handle one message, then
+# exit). SIGTERM/SIGINT stop it after the current message.
 #
 # The deadline is kept on the monotonic clock (/proc/uptime) from the moment
 # the receive request is sent, never from the server's lease_expires_at.
@@ -31,6 +34,7 @@ URL=${LEASEQ_URL:-http://127.0.0.1:8000}
 LEASE=${LEASEQ_LEASE:-30}
 WAIT=${LEASEQ_WAIT:-20}
 ONCE=${LEASEQ_ONCE:-}
+RETRY_DELAY=${LEASEQ_RETRY_DELAY:-}
 PERIOD_MS=$((LEASE * 1000 / 3))
 BASE="$URL/v1/queues/$QUEUE"
 WORK=$(mktemp -d)
@@ -143,9 +147,17 @@ while [ -z "$STOPPING" ]; do
       *) log "$name: acknowledgement failed (HTTP $code); it will be redelivered" ;;
     esac
   else
-    curl -s -o /dev/null --max-time 30 -X PATCH "$BASE/messages/$handle/visibility" \
-      -H 'content-type: application/json' -d '{"timeout": 0}'
-    log "$name failed (exit $result); released"
+    release='{}' # the queue's retry ladder decides
+    [ -n "$RETRY_DELAY" ] && release="{\"delay\": $RETRY_DELAY}"
+    code=$(curl -s -o "$WORK/released.json" -w '%{http_code}' --max-time 30 \
+      -X POST "$BASE/messages/$handle/release" \
+      -H 'content-type: application/json' -d "$release") || code=000
+    if [ "$code" = 200 ]; then
+      log "$name failed (exit $result); released, visible again in $(jq -r \
+        '.delay_seconds * 100 | round / 100' "$WORK/released.json")s"
+    else
+      log "$name failed (exit $result); release failed (HTTP $code); it returns when its lease ends"
+    fi
   fi
   [ -n "$ONCE" ] && break
 done

@@ -1,5 +1,6 @@
 """examples/curl-worker.sh against the real service: it acknowledges what its
-command finishes, and kills the command when a heartbeat answers 409."""
+command finishes, releases what it fails through the release endpoint, and kills
+the command when a heartbeat answers 409."""
 
 from __future__ import annotations
 
@@ -83,6 +84,20 @@ async def test_the_shell_worker_runs_the_command_and_acknowledges(
     assert ") acknowledged" in log
     stats = (await api.get_queue("shell"))["stats"]
     assert stats["visible"] == stats["in_flight"] == 0
+
+
+async def test_a_failed_command_s_message_is_released_with_the_queue_s_ladder(
+    shell_worker: Any, api: AsyncClient
+) -> None:
+    ladder = {"initial": 30, "max": 30, "jitter": 0}
+    await api.create_queue("shellfail", visibility_timeout=30, retry_backoff=ladder)
+    await api.send("shellfail", "payload")
+    finish = await shell_worker("shellfail", "exit 3", 30)
+    code, log = await finish()
+    assert code == 0, log
+    assert "failed (exit 3); released, visible again in 30s" in log
+    stats = (await api.get_queue("shellfail"))["stats"]
+    assert (stats["visible"], stats["in_flight"], stats["delayed"]) == (0, 0, 1)
 
 
 async def test_a_409_on_a_shell_heartbeat_kills_the_command(
