@@ -57,6 +57,29 @@ class Settings(BaseSettings):
         default=16 * 1024 * 1024, ge=1024, description="Largest accepted request body."
     )
     log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
+    sqs_account_id: str = Field(
+        default="000000000000", pattern=r"^[0-9]{12}$",
+        description="The account in SQS queue URLs and ARNs.",
+    )
+    sqs_region: str = Field(
+        default="us-east-1", pattern=r"^[a-z0-9-]{1,40}$",
+        description="The region in SQS queue ARNs.",
+    )
+    sqs_credentials: SecretStr | None = Field(
+        default=None,
+        description="SQS access keys and secrets, `KEY1:secret1,KEY2:secret2`; when set, "
+        "SQS requests must carry a valid AWS Signature Version 4 made with one of them.",
+    )
+
+    @field_validator("sqs_credentials")
+    @classmethod
+    def _credential_pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        from app.sqs.sigv4 import parse_credentials
+
+        parse_credentials(value.get_secret_value())
+        return value
 
     @field_validator("database_url")
     @classmethod

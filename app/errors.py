@@ -8,6 +8,7 @@
      │    ├── InvalidReceiptHandle   forged, garbled, or for another queue
      │    ├── MessageTooLarge
      │    ├── InvalidParameter       a value outside its documented limits
+     │    │    └── TooManyTags        more tags than a queue may have
      │    ├── InvalidRedrivePolicy   a dead-letter queue that is missing or the queue itself
      │    ├── QueueInUse             named as another queue's dead-letter queue
      │    ├── TaskNotFound           no such redrive task
@@ -56,6 +57,10 @@ class MessageTooLarge(QueueError):
 
 class InvalidParameter(QueueError):
     """A parameter is outside its allowed range."""
+
+
+class TooManyTags(InvalidParameter):
+    """A queue has at most 50 tags."""
 
 
 class InvalidRedrivePolicy(QueueError):

@@ -22,6 +22,7 @@ from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
 from app.queue.waiting import Listener, WaitHub
+from app.sqs import routes as sqs
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -155,5 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(messages.router)
     app.include_router(redrive.router)
     app.include_router(health.router)
+    # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
+    app.include_router(sqs.router)
     app.add_middleware(LimitBodyAndCount, max_bytes=settings.max_request_bytes, counts=counts)
     return app

@@ -28,6 +28,7 @@ from app.errors import (
     QueueError,
     QueueInUse,
     QueueNotFound,
+    TooManyTags,
 )
 from app.queue import attributes, limits, typed
 from app.queue.models import (
@@ -330,7 +331,7 @@ class QueueService:
             ).scalar_one()
             result: dict[str, str] = json.loads(tags)
             if len(result) > limits.MAX_TAGS:
-                raise InvalidParameter(f"A queue has at most {limits.MAX_TAGS} tags.")
+                raise TooManyTags(f"A queue has at most {limits.MAX_TAGS} tags.")
         return result
 
     async def purge(self, name: str) -> int:
@@ -774,7 +775,7 @@ class QueueService:
 
 def _check_tags(tags: dict[str, str]) -> None:
     if len(tags) > limits.MAX_TAGS:
-        raise InvalidParameter(f"A queue has at most {limits.MAX_TAGS} tags.")
+        raise TooManyTags(f"A queue has at most {limits.MAX_TAGS} tags.")
     for key, value in tags.items():
         if not 1 <= len(key) <= limits.TAG_KEY_CHARS or len(value) > limits.TAG_VALUE_CHARS:
             raise InvalidParameter(

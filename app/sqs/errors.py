@@ -1,0 +1,106 @@
+"""SQS's errors: one exception carrying SQS's error name, and the translation of
+the engine's LeaseqError tree into them.
+
+Each error has a name (the JSON protocol's `__type`, which botocore turns into
+an exception class), a code (the Query protocol's, sent in JSON responses too
+as `x-amzn-query-error`), an HTTP status and a fault (Sender or Receiver).
+"""
+
+from __future__ import annotations
+
+from app.errors import (
+    DatabaseUnavailable,
+    InvalidParameter,
+    InvalidReceiptHandle,
+    InvalidRedrivePolicy,
+    LeaseLost,
+    LeaseqError,
+    MessageTooLarge,
+    QueueAlreadyExists,
+    QueueInUse,
+    QueueNotFound,
+    RedriveInProgress,
+    TaskNotFound,
+    TooManyTags,
+)
+
+_LEGACY = "AWS.SimpleQueueService."
+
+# name -> (query code, HTTP status)
+ERRORS: dict[str, tuple[str, int]] = {
+    "QueueDoesNotExist": (_LEGACY + "NonExistentQueue", 400),
+    "QueueNameExists": ("QueueAlreadyExists", 400),
+    "ReceiptHandleIsInvalid": ("ReceiptHandleIsInvalid", 404),
+    "MessageNotInflight": (_LEGACY + "MessageNotInflight", 400),
+    "InvalidParameterValue": ("InvalidParameterValue", 400),
+    "InvalidAttributeName": ("InvalidAttributeName", 400),
+    "InvalidAttributeValue": ("InvalidAttributeValue", 400),
+    "InvalidMessageContents": ("InvalidMessageContents", 400),
+    "TooManyEntriesInBatchRequest": (_LEGACY + "TooManyEntriesInBatchRequest", 400),
+    "BatchEntryIdsNotDistinct": (_LEGACY + "BatchEntryIdsNotDistinct", 400),
+    "EmptyBatchRequest": (_LEGACY + "EmptyBatchRequest", 400),
+    "InvalidBatchEntryId": (_LEGACY + "InvalidBatchEntryId", 400),
+    "BatchRequestTooLong": (_LEGACY + "BatchRequestTooLong", 400),
+    "MissingParameter": ("MissingParameter", 400),
+    "OverLimit": ("OverLimit", 403),
+    "UnsupportedOperation": (_LEGACY + "UnsupportedOperation", 400),
+    "ResourceNotFoundException": ("ResourceNotFoundException", 404),
+    "InvalidAction": ("InvalidAction", 400),
+    "MissingAction": ("MissingAction", 400),
+    "MissingAuthenticationToken": ("MissingAuthenticationToken", 403),
+    "IncompleteSignature": ("IncompleteSignature", 403),
+    "InvalidClientTokenId": ("InvalidClientTokenId", 403),
+    "SignatureDoesNotMatch": ("SignatureDoesNotMatch", 403),
+    "ServiceUnavailable": ("ServiceUnavailable", 503),
+    "InternalError": ("InternalError", 500),
+}
+
+
+class SqsError(Exception):
+    """An SQS error by its name (a key of ERRORS)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        assert name in ERRORS, name
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+    @property
+    def code(self) -> str:
+        return ERRORS[self.name][0]
+
+    @property
+    def status(self) -> int:
+        return ERRORS[self.name][1]
+
+    @property
+    def fault(self) -> str:
+        return "Receiver" if self.status >= 500 else "Sender"
+
+
+# Engine error -> SQS error name. LeaseLost depends on the action (see actions.py).
+_FROM_ENGINE: dict[type[LeaseqError], str] = {
+    QueueNotFound: "QueueDoesNotExist",
+    QueueAlreadyExists: "QueueNameExists",
+    InvalidReceiptHandle: "ReceiptHandleIsInvalid",
+    LeaseLost: "MessageNotInflight",
+    MessageTooLarge: "InvalidParameterValue",
+    TooManyTags: "OverLimit",
+    InvalidParameter: "InvalidParameterValue",
+    InvalidRedrivePolicy: "InvalidParameterValue",
+    QueueInUse: "InvalidParameterValue",
+    TaskNotFound: "ResourceNotFoundException",
+    RedriveInProgress: "InvalidParameterValue",
+    DatabaseUnavailable: "ServiceUnavailable",
+}
+
+
+def from_engine(exc: Exception) -> SqsError:
+    """The SQS error for an engine error (InternalError for anything unexpected)."""
+    if isinstance(exc, SqsError):
+        return exc
+    for cls in type(exc).__mro__:
+        if cls in _FROM_ENGINE:
+            detail = getattr(exc, "detail", str(exc))
+            return SqsError(_FROM_ENGINE[cls], detail)
+    return SqsError("InternalError", "An internal error occurred.")

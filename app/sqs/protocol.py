@@ -1,0 +1,191 @@
+"""The two wire protocols: requests into one shape, results and errors out of it.
+
+Every action works on the JSON protocol's shapes (botocore's service model,
+`protocol: json`). A Query request (`Action=...` form fields, SQS's flattened
+names such as `Attribute.1.Name` or `SendMessageBatchRequestEntry.2.Id`) is
+turned into that shape first, and a result is written back as Query XML.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import escape
+
+from app.sqs.errors import SqsError
+
+JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
+XML_CONTENT_TYPE = "text/xml"
+NAMESPACE = "http://queue.amazonaws.com/doc/2012-11-05/"
+TARGET_PREFIX = "AmazonSQS."
+
+# Query form name -> (JSON name, key field, value field): flattened maps.
+_FORM_MAPS = {
+    "Attribute": ("Attributes", "Name", "Value"),
+    "MessageAttribute": ("MessageAttributes", "Name", "Value"),
+    "MessageSystemAttribute": ("MessageSystemAttributes", "Name", "Value"),
+    "Tag": ("Tags", "Key", "Value"),
+    "Tags": ("Tags", "Key", "Value"),
+}
+# Query form name -> JSON name: flattened lists.
+_FORM_LISTS = {
+    "AttributeName": "AttributeNames",
+    "MessageAttributeName": "MessageAttributeNames",
+    "MessageSystemAttributeName": "MessageSystemAttributeNames",
+    "TagKey": "TagKeys",
+    "SendMessageBatchRequestEntry": "Entries",
+    "DeleteMessageBatchRequestEntry": "Entries",
+    "ChangeMessageVisibilityBatchRequestEntry": "Entries",
+    "StringListValue": "StringListValues",
+    "BinaryListValue": "BinaryListValues",
+}
+# JSON name -> Query XML element of each member, for lists in results.
+_XML_LISTS = {
+    "QueueUrls": "QueueUrl",
+    "queueUrls": "QueueUrl",
+    "Messages": "Message",
+    "Failed": "BatchResultErrorEntry",
+    "Results": "ListMessageMoveTasksResultEntry",
+}
+_XML_MAPS = {
+    "Attributes": ("Attribute", "Name", "Value"),
+    "MessageAttributes": ("MessageAttribute", "Name", "Value"),
+    "Tags": ("Tag", "Key", "Value"),
+}
+# Actions whose Query response has no <ActionResult> element.
+_NO_RESULT = {
+    "ChangeMessageVisibility", "DeleteMessage", "DeleteQueue", "PurgeQueue",
+    "SetQueueAttributes", "TagQueue", "UntagQueue", "AddPermission", "RemovePermission",
+}
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        params = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise SqsError("InvalidParameterValue", "The request body is not valid JSON.") from exc
+    if not isinstance(params, dict):
+        raise SqsError("InvalidParameterValue", "The request body must be a JSON object.")
+    return params
+
+
+def parse_form(pairs: list[tuple[str, str]]) -> tuple[str | None, dict[str, Any]]:
+    """(Action, the parameters in the JSON shape) of a Query request."""
+    action = None
+    tree: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key == "Action":
+            action = value
+            continue
+        parts = [p for p in key.split(".") if p != "member"]
+        if not all(parts):
+            raise SqsError("InvalidParameterValue", f"Malformed parameter name {key[:100]!r}.")
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(_index(part), {})
+            if not isinstance(node, dict):
+                raise SqsError("InvalidParameterValue", f"Conflicting parameter {key[:100]!r}.")
+        node[_index(parts[-1])] = value
+    return action, _convert(tree)
+
+
+def form_pairs(body: bytes, query_string: str) -> list[tuple[str, str]]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SqsError("InvalidParameterValue", "The request body is not UTF-8.") from exc
+    return parse_qsl(query_string, keep_blank_values=True) + parse_qsl(
+        text, keep_blank_values=True
+    )
+
+
+def _index(part: str) -> str | int:
+    return int(part) if part.isdigit() else part
+
+
+def _as_list(node: Any) -> list[Any]:
+    if isinstance(node, dict) and node and all(isinstance(k, int) for k in node):
+        return [node[k] for k in sorted(node)]
+    raise SqsError("InvalidParameterValue", "A list parameter must be numbered from 1.")
+
+
+def _convert(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    if node and all(isinstance(k, int) for k in node):
+        return [_convert(item) for item in _as_list(node)]
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        key = str(key)
+        if key in _FORM_MAPS:
+            name, key_field, value_field = _FORM_MAPS[key]
+            mapping: dict[str, Any] = {}
+            for entry in _as_list(value):
+                if not isinstance(entry, dict) or key_field not in entry:
+                    raise SqsError("MissingParameter", f"{key} entries need a {key_field}.")
+                mapping[str(entry[key_field])] = _convert(entry.get(value_field, ""))
+            out[name] = mapping
+        elif key in _FORM_LISTS:
+            # `Name=` alone is an empty list (botocore's Query form of []).
+            items = ([value] if value else []) if isinstance(value, str) else _as_list(value)
+            out[_FORM_LISTS[key]] = [_convert(item) for item in items]
+        else:
+            out[key] = _convert(value)
+    return out
+
+
+def json_result(result: dict[str, Any]) -> bytes:
+    return json.dumps(result, separators=(",", ":")).encode("utf-8")
+
+
+def json_error(error: SqsError) -> tuple[bytes, dict[str, str]]:
+    body = {"__type": f"com.amazonaws.sqs#{error.name}", "message": error.message}
+    return json_result(body), {"x-amzn-query-error": f"{error.code};{error.fault}"}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    # Carriage returns would be normalised away by XML parsers: keep them.
+    return escape(str(value)).replace("\r", "&#xD;")
+
+
+def _xml(name: str, value: Any, action: str, out: list[str]) -> None:
+    if isinstance(value, list):
+        member = f"{action}ResultEntry" if name == "Successful" else _XML_LISTS.get(name, name)
+        for item in value:
+            _xml(member, item, action, out)
+    elif isinstance(value, dict) and name in _XML_MAPS:
+        element, key_field, value_field = _XML_MAPS[name]
+        for key, item in value.items():
+            out.append(f"<{element}><{key_field}>{_text(key)}</{key_field}>")
+            _xml(value_field, item, action, out)
+            out.append(f"</{element}>")
+    elif isinstance(value, dict):
+        out.append(f"<{name}>")
+        for key, item in value.items():
+            _xml(key, item, action, out)
+        out.append(f"</{name}>")
+    elif value is not None:
+        out.append(f"<{name}>{_text(value)}</{name}>")
+
+
+def xml_result(action: str, result: dict[str, Any], request_id: str) -> bytes:
+    out = [f'<?xml version="1.0"?><{action}Response xmlns="{NAMESPACE}">']
+    if action not in _NO_RESULT:
+        _xml(f"{action}Result", result, action, out)
+    out.append(f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata>")
+    out.append(f"</{action}Response>")
+    return "".join(out).encode("utf-8")
+
+
+def xml_error(error: SqsError, request_id: str) -> bytes:
+    return (
+        f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error>'
+        f"<Type>{error.fault}</Type><Code>{_text(error.code)}</Code>"
+        f"<Message>{_text(error.message)}</Message><Detail/></Error>"
+        f"<RequestId>{request_id}</RequestId></ErrorResponse>"
+    ).encode()
