@@ -1,0 +1,106 @@
+"""LEASEQ_SQS_CREDENTIALS: with keys configured, SQS requests must carry a valid
+AWS Signature Version 4 (over the body too); anything else gets the error an SQS
+client expects. Without keys, any access key is accepted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+from sqs_clients import client, error_code, run
+from support import wait_until
+
+from app.config import Settings
+from app.main import create_app
+
+KEYS = "AKIDONE:secret-one, AKIDTWO:secret-two"
+
+
+@pytest.fixture
+async def signed(settings_factory: Callable[..., Settings]) -> AsyncIterator[str]:
+    """The app behind a real uvicorn, with SQS credentials configured."""
+    app = create_app(settings_factory(sqs_credentials=KEYS))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    await wait_until(lambda: server.started, seconds=20)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.parametrize("protocol", ["json", "query"])
+async def test_signed_requests_work_and_others_are_refused(signed: str, protocol: str) -> None:
+    good = client(signed, protocol, key="AKIDTWO", secret="secret-two", region="eu-west-1")
+    url = (await run(good.create_queue, QueueName="signed"))["QueueUrl"]
+    await run(good.send_message, QueueUrl=url, MessageBody="hello ✓")
+    got = await run(good.receive_message, QueueUrl=url, AttributeNames=["SenderId"])
+    assert got["Messages"][0]["Body"] == "hello ✓"
+    assert got["Messages"][0]["Attributes"]["SenderId"] == "AKIDTWO"
+
+    wrong_secret = client(signed, protocol, key="AKIDONE", secret="secret-two")
+    with pytest.raises(ClientError) as info:
+        await run(wrong_secret.list_queues)
+    assert error_code(info.value) == "SignatureDoesNotMatch"
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+
+    unknown = client(signed, protocol, key="AKIDNOBODY", secret="secret-one")
+    with pytest.raises(ClientError) as info:
+        await run(unknown.list_queues)
+    assert error_code(info.value) == "InvalidClientTokenId"
+
+
+def _signed_request(endpoint: str, body: bytes, secret: str) -> AWSRequest:
+    request = AWSRequest(
+        method="POST", url=endpoint + "/", data=body,
+        headers={"Content-Type": "application/x-amz-json-1.0",
+                 "X-Amz-Target": "AmazonSQS.ListQueues"},
+    )
+    SigV4Auth(Credentials("AKIDONE", secret), "sqs", "us-east-1").add_auth(request)
+    return request
+
+
+async def test_the_body_is_signed_and_unsigned_requests_are_refused(signed: str) -> None:
+    async with httpx.AsyncClient() as http:
+        request = _signed_request(signed, b"{}", "secret-one")
+        ok = await http.post(signed + "/", content=b"{}", headers=dict(request.headers))
+        assert ok.status_code == 200, ok.text
+        # The same signature over another body.
+        tampered = await http.post(signed + "/", content=b'{"QueueNamePrefix": "x"}',
+                                   headers=dict(request.headers))
+        assert tampered.status_code == 403
+        assert tampered.headers["x-amzn-query-error"] == "SignatureDoesNotMatch;Sender"
+        unsigned = await http.post(signed + "/", data={"Action": "ListQueues"})
+        assert unsigned.status_code == 403
+        assert "<Code>MissingAuthenticationToken</Code>" in unsigned.text
+        # A service other than sqs in the credential scope.
+        other = AWSRequest(method="POST", url=signed + "/", data=b"{}", headers={
+            "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
+        SigV4Auth(Credentials("AKIDONE", "secret-one"), "s3", "us-east-1").add_auth(other)
+        refused = await http.post(signed + "/", content=b"{}", headers=dict(other.headers))
+        assert refused.status_code == 403
+
+
+async def test_without_credentials_any_key_is_accepted(served: tuple[str, Any]) -> None:
+    sqs = client(served[0], key="ANYTHING", secret="whatever")
+    assert (await run(sqs.list_queues)).get("QueueUrls", []) == []
+
+
+def test_credentials_setting_is_checked(settings_factory: Callable[..., Settings]) -> None:
+    with pytest.raises(ValueError, match="ACCESS_KEY:SECRET"):
+        settings_factory(sqs_credentials="no-colon-here")
