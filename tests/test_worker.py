@@ -773,6 +773,20 @@ async def test_a_missing_queue_ends_the_worker_with_queue_not_found(url: str) ->
             await worker.serve()
 
 
+async def test_a_queue_without_a_lease_needs_one_from_the_worker(
+    url: str, api: AsyncClient
+) -> None:
+    await api.create_queue("zero-lease", visibility_timeout=0)
+
+    def handler(message: Message, ctx: Context) -> None:
+        raise AssertionError("never called")
+
+    worker = Worker(handler, queue="zero-lease", url=url, wait=1)
+    with pytest.raises(ValueError, match="give the worker a lease"):
+        async with asyncio.timeout(10):
+            await worker.serve()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -308,6 +308,16 @@ class Worker:
 
     async def _receive_loop(self) -> None:
         assert self._poller is not None and self._slot is not None
+        assert self._control is not None
+        if self.lease is None:
+            # The queue's own timeout will be the lease: a lease of 0 cannot be
+            # heartbeated (and would hand every message straight back).
+            queue = await self._control.get_queue(self.queue)
+            if int(queue["attributes"]["visibility_timeout"]) < 1:
+                raise ValueError(
+                    f"queue {self.queue!r} has a visibility_timeout of 0: "
+                    "give the worker a lease (lease=..., --lease)"
+                )
         failures = 0
         while True:
             while len(self._jobs) >= self.concurrency:
