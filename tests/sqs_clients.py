@@ -4,8 +4,14 @@ message attributes written from SQS's documentation, and small helpers."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
 import hashlib
 import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -13,10 +19,44 @@ from typing import Any
 
 import boto3
 import botocore.session
+import pytest
 from botocore.config import Config
 
-QUERY_MODEL = Path(__file__).resolve().parent / "sqs_query_model"
 ACCOUNT = "000000000000"
+QUERY_BOTOCORE = "1.31.0"
+"""The last botocore whose SQS service model speaks the Query protocol."""
+_CACHE = Path(__file__).resolve().parent.parent / ".cache" / f"botocore-{QUERY_BOTOCORE}"
+_MODEL = "botocore/data/sqs/2012-11-05/service-2.json"
+
+
+@functools.cache
+def query_model() -> Path:
+    """A botocore data directory holding the Query-protocol SQS model, taken from
+    that botocore's wheel on the package index (fetched once into .cache/).
+    Skips the calling test when it cannot be had."""
+    target = _CACHE / "sqs" / "2012-11-05" / "service-2.json"
+    if not target.exists():
+        with tempfile.TemporaryDirectory() as download:
+            fetched = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                 "--only-binary=:all:", "-d", download, f"botocore=={QUERY_BOTOCORE}"],
+                capture_output=True, text=True, timeout=300,
+            )
+            wheels = list(Path(download).glob("botocore-*.whl"))
+            if fetched.returncode != 0 or not wheels:
+                pytest.skip(f"botocore {QUERY_BOTOCORE} (the Query-protocol SQS model) "
+                            f"could not be downloaded: {fetched.stderr.strip()[-300:]}")
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                names = set(wheel.namelist())
+                member = next(n for n in (_MODEL, _MODEL + ".gz") if n in names)
+                data = wheel.read(member)
+        if member.endswith(".gz"):
+            data = gzip.decompress(data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial_file = target.with_suffix(".part")
+        partial_file.write_bytes(data)
+        partial_file.replace(target)
+    return _CACHE
 
 
 def client(
@@ -30,7 +70,7 @@ def client(
     """A boto3 SQS client; `query` loads the last Query-protocol service model."""
     session = botocore.session.get_session()
     if protocol == "query":
-        session.get_component("data_loader").search_paths.insert(0, str(QUERY_MODEL))
+        session.get_component("data_loader").search_paths.insert(0, str(query_model()))
     sqs = boto3.Session(botocore_session=session).client(
         "sqs",
         endpoint_url=endpoint,
