@@ -102,3 +102,17 @@ async def test_health_readiness_and_metrics(client: httpx.AsyncClient) -> None:
     assert ready.status_code == 200 and ready.json()["listening"] is True
     metrics = (await client.get("/metrics")).text
     assert 'route="/readyz",status="200"} 1' in metrics
+
+
+async def test_sending_to_a_queue_deleted_behind_the_cache_is_404(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    queue = await make_queue(client)
+    await send(client, queue)  # the queue is now cached in the service
+    # Deleted without the announcement a service would make: the cache is stale.
+    await db.execute("DELETE FROM queues WHERE name = $1", queue)
+    response = await client.post(f"/v1/queues/{queue}/messages", json={"body": "x"})
+    assert response.status_code == 404
+    assert response.json()["code"] == "queue_not_found"
+    assert (await client.post(f"/v1/queues/{queue}/messages", json={"body": "x"})
+            ).status_code == 404

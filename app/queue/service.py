@@ -187,6 +187,12 @@ class QueueService:
         self._queue_cache[name] = (time.monotonic() + lifetime, queue)
         return queue
 
+    async def _queue_for(self, conn: AsyncConnection, name: str) -> Queue:
+        """The queue from the cache (kept true by change notifications), else read.
+        For the message operations, where a statement less per request counts."""
+        cached = self._cached_queue(name) if self._hub.listening else None
+        return cached if cached is not None else await self.lookup_queue(conn, name)
+
     def _cached_queue(self, name: str) -> Queue | None:
         entry = self._queue_cache.get(name)
         if entry is None or entry[0] < time.monotonic():
@@ -349,8 +355,18 @@ class QueueService:
 
         Returns only after the commit: a SentMessage is durable.
         """
+        try:
+            return await self._send(name, messages)
+        except sa_exc.IntegrityError as exc:
+            # The queue was deleted (by another process) after it was cached here.
+            self._queue_cache.pop(name, None)
+            raise QueueNotFound(f"Queue {name!r} does not exist.") from exc
+
+    async def _send(
+        self, name: str, messages: Sequence[OutgoingMessage]
+    ) -> list[SentMessage | EntryError]:
         async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
+            queue = await self._queue_for(conn, name)
             results: list[SentMessage | EntryError | None] = []
             accepted: list[tuple[int, OutgoingMessage]] = []
             for index, message in enumerate(messages):
@@ -582,7 +598,7 @@ class QueueService:
         for _, timeout in entries:
             _check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
         async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
+            queue = await self._queue_for(conn, name)
             receipts = self._receipts(queue, [handle for handle, _ in entries])
             valid = [
                 (r, timeout)
@@ -630,7 +646,7 @@ class QueueService:
         if delay is not None:
             _check_range("delay", delay, limits.RELEASE_DELAY)
         async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
+            queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             row = (
                 await conn.execute(
@@ -656,7 +672,7 @@ class QueueService:
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
         async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
+            queue = await self._queue_for(conn, name)
             receipts = self._receipts(queue, handles)
             valid = [r for r in receipts if isinstance(r, Receipt)]
             deleted: set[int] = set()
@@ -690,7 +706,7 @@ class QueueService:
         if lease_seconds is not None:
             _check_range("timeout", lease_seconds, limits.VISIBILITY_TIMEOUT)
         async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
+            queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             timeout = lease_seconds
             if timeout is None:
