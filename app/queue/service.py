@@ -137,6 +137,7 @@ class QueueService:
         queue_cache_seconds: float = 1.0,
     ) -> None:
         self._engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._hub = hub
         self._signer = signer
         # Receivers polling again read their queue's attributes from here, not
@@ -157,11 +158,21 @@ class QueueService:
     # -- plumbing -----------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """One transaction; driver failures leave here as domain errors."""
+    async def transaction(self, *, autocommit: bool = False) -> AsyncIterator[AsyncConnection]:
+        """One transaction; driver failures leave here as domain errors.
+
+        With `autocommit`, every statement is its own transaction: no BEGIN and
+        COMMIT round trips. For operations whose every write is one statement
+        (a claim, a conditional delete): a notification issued by a later
+        statement is then delivered after the write it announces is committed.
+        """
         try:
-            async with self._engine.begin() as conn:
-                yield conn
+            if autocommit:
+                async with self._autocommit.connect() as conn:
+                    yield conn
+            else:
+                async with self._engine.begin() as conn:
+                    yield conn
         except QueueError:
             raise
         except sa_exc.TimeoutError as exc:
@@ -365,7 +376,7 @@ class QueueService:
     async def _send(
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
-        async with self.transaction() as conn:
+        async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             results: list[SentMessage | EntryError | None] = []
             accepted: list[tuple[int, OutgoingMessage]] = []
@@ -544,7 +555,7 @@ class QueueService:
                     waiter = hub.park(queue.id)
                     ahead = _Outlook(due_in=quiet, more_now=False)
                 else:
-                    async with self.transaction() as conn:
+                    async with self.transaction(autocommit=True) as conn:
                         if queue is None:
                             queue = await self.lookup_queue(conn, name)
                             if deadline == 0.0:  # the first look; later ones keep it
@@ -597,7 +608,7 @@ class QueueService:
         """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
         for _, timeout in entries:
             _check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
-        async with self.transaction() as conn:
+        async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipts = self._receipts(queue, [handle for handle, _ in entries])
             valid = [
@@ -645,7 +656,7 @@ class QueueService:
         seconds, else after the queue's retry ladder's delay, else at once."""
         if delay is not None:
             _check_range("delay", delay, limits.RELEASE_DELAY)
-        async with self.transaction() as conn:
+        async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             row = (
@@ -671,7 +682,7 @@ class QueueService:
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
-        async with self.transaction() as conn:
+        async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipts = self._receipts(queue, handles)
             valid = [r for r in receipts if isinstance(r, Receipt)]
@@ -705,7 +716,7 @@ class QueueService:
         queue's visibility timeout)."""
         if lease_seconds is not None:
             _check_range("timeout", lease_seconds, limits.VISIBILITY_TIMEOUT)
-        async with self.transaction() as conn:
+        async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             timeout = lease_seconds
