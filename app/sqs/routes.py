@@ -8,8 +8,6 @@ AWS JSON 1.0 protocol; otherwise the form field `Action` is the Query protocol
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
 import uuid
@@ -17,6 +15,7 @@ import uuid
 from fastapi import APIRouter, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.disconnect import client_gone
 from app.config import Settings
 from app.errors import LeaseqError
 from app.sqs import protocol, sigv4
@@ -27,15 +26,6 @@ _log = logging.getLogger(__name__)
 _ACCOUNT = re.compile(r"^[0-9]{12}$")
 
 router = APIRouter(tags=["sqs"], include_in_schema=False)
-
-
-async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
-    # The body has been read, so the next ASGI message is the client going away.
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
 
 
 def _credentials(settings: Settings) -> dict[str, str] | None:
@@ -93,14 +83,9 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
             sender_id=sender,
             path_queue=path_queue,
         )
-        gone = ctx.gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(request, gone))
-        try:
+        async with client_gone(request) as gone:
+            ctx.gone = gone
             result = await handler(ctx, params)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
     except (SqsError, LeaseqError) as exc:
         return _error(from_engine(exc), is_json, request_id)
     except Exception:

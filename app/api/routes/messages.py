@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import ServiceDep, SettingsDep, check_batch
+from app.api.disconnect import client_gone
 from app.api.problems import entry_error, responses
 from app.api.schemas import (
     BatchResults,
@@ -75,16 +74,6 @@ async def send(
     )
 
 
-async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
-    # The request has no body left to read, so the next ASGI message is the
-    # client going away (or nothing, until the response is sent).
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
-
-
 @router.get("/receive", responses=responses(404, 422, 503))
 async def receive(
     queue: str,
@@ -100,17 +89,11 @@ async def receive(
     ),
 ) -> ReceiveOut:
     """Claim up to `max` messages. With `wait`, returns as soon as one is available."""
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_disconnect(request, gone))
-    try:
+    async with client_gone(request) as gone:
         received = await service.receive(
             queue, max_messages=max_messages, visibility_timeout=visibility_timeout,
             wait=wait, gone=gone,
         )
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
     return ReceiveOut(messages=[ReceivedOut.of(m) for m in received])
 
 
