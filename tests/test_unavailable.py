@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import asyncpg
 import httpx
+from support import make_queue, receive, send
 
 from app.config import Settings
 from app.main import create_app
@@ -36,3 +38,26 @@ async def test_unreachable_database_is_503(tmp_path: Path) -> None:
                 assert response.headers["content-type"] == "application/problem+json"
                 assert response.json()["code"] == "database_unavailable"
             assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_killed_pool_connections_cost_at_most_a_503_each(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """Connections killed under the service fail the request using them with 503
+    (never 500) and leave the pool; the service then works again."""
+    queue = await make_queue(client)
+    for _ in range(3):  # warm the pool: several connections in it
+        await send(client, queue)
+        assert await receive(client, queue, max=10)
+    await db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'leaseq'"
+    )
+    statuses = []
+    for _ in range(15):
+        response = await client.post(f"/v1/queues/{queue}/messages", json={"body": "again"})
+        statuses.append(response.status_code)
+        got = await client.get(f"/v1/queues/{queue}/receive", params={"max": 10})
+        statuses.append(got.status_code)
+    assert set(statuses) <= {201, 200, 503}, statuses
+    assert statuses[-4:] == [201, 200, 201, 200], statuses

@@ -45,7 +45,7 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
-from app.queue.sql import Q
+from app.queue.sql import DRIVER, Q
 from app.queue.waiting import Waiter, WaitHub, changed_payload, payload
 
 _DEAD_LETTER_ROUNDS = 10
@@ -169,7 +169,14 @@ class QueueService:
         try:
             if autocommit:
                 async with self._autocommit.connect() as conn:
-                    yield conn
+                    try:
+                        yield conn
+                    except _CONNECTION_ERRORS:
+                        # Raised by the driver directly (the hot path's statements,
+                        # see _fetch): tell the pool this connection is dead.
+                        with contextlib.suppress(Exception):
+                            await conn.invalidate()
+                        raise
             else:
                 async with self._engine.begin() as conn:
                     yield conn
@@ -368,7 +375,7 @@ class QueueService:
         """
         try:
             return await self._send(name, messages)
-        except sa_exc.IntegrityError as exc:
+        except (sa_exc.IntegrityError, asyncpg.ForeignKeyViolationError) as exc:
             # The queue was deleted (by another process) after it was cached here.
             self._queue_cache.pop(name, None)
             raise QueueNotFound(f"Queue {name!r} does not exist.") from exc
@@ -398,8 +405,8 @@ class QueueService:
                 retention = queue.attributes.message_retention
                 stored = [_stored_attributes(m) for _, m in accepted]
                 rows = (
-                    await conn.execute(
-                        Q.send_messages,
+                    await _fetch(
+                        conn, "send_messages",
                         {
                             "queue_id": queue.id,
                             "retention": retention,
@@ -414,7 +421,7 @@ class QueueService:
                             "not_befores": [m.not_before for _, m in accepted],
                         },
                     )
-                ).all()
+                )
                 for (index, _), row in zip(accepted, rows, strict=True):
                     results[index] = SentMessage(
                         message_id=str(row.message_id), sent_at=row.sent_at
@@ -446,19 +453,17 @@ class QueueService:
         received: list[ReceivedMessage] = []
         dead_lettered = 0
         for _ in range(_DEAD_LETTER_ROUNDS):
-            rows = (
-                await conn.execute(
-                    Q.claim_messages,
-                    {
-                        "queue_id": queue.id,
-                        "visibility_timeout": lease,
-                        "retention": queue.attributes.message_retention,
-                        "max": max_messages - len(received),
-                        "dead_letter_queue_id": queue.dead_letter_queue_id,
-                        "max_receive_count": policy,
-                    },
-                )
-            ).all()
+            rows = await _fetch(
+                conn, "claim_messages",
+                {
+                    "queue_id": queue.id,
+                    "visibility_timeout": lease,
+                    "retention": queue.attributes.message_retention,
+                    "max": max_messages - len(received),
+                    "dead_letter_queue_id": queue.dead_letter_queue_id,
+                    "max_receive_count": policy,
+                },
+            )
             dead = int(rows[0].dead)
             dead_lettered += dead
             received.extend(self._received(queue, row, lease) for row in rows if row.id is not None)
@@ -494,12 +499,10 @@ class QueueService:
         )
 
     async def _outlook(self, conn: AsyncConnection, queue: Queue) -> _Outlook:
-        row = (
-            await conn.execute(
-                Q.queue_outlook,
-                {"queue_id": queue.id, "retention": queue.attributes.message_retention},
-            )
-        ).one()
+        (row,) = await _fetch(
+            conn, "queue_outlook",
+            {"queue_id": queue.id, "retention": queue.attributes.message_retention},
+        )
         return _Outlook(
             due_in=None if row.due_in is None else float(row.due_in),
             more_now=bool(row.more_now),
@@ -618,8 +621,8 @@ class QueueService:
             ]
             changed: dict[int, Any] = {}
             if valid:
-                rows = await conn.execute(
-                    Q.change_visibility,
+                rows = await _fetch(
+                    conn, "change_visibility",
                     {
                         "queue_id": queue.id,
                         "ids": [r.message_row for r, _ in valid],
@@ -659,17 +662,15 @@ class QueueService:
         async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
-            row = (
-                await conn.execute(
-                    Q.release_message,
-                    {
-                        "queue_id": queue.id,
-                        "id": receipt.message_row,
-                        "token": receipt.claim_token,
-                        "delay": delay,
-                    },
-                )
-            ).one_or_none()
+            row = _first(await _fetch(
+                conn, "release_message",
+                {
+                    "queue_id": queue.id,
+                    "id": receipt.message_row,
+                    "token": receipt.claim_token,
+                    "delay": delay,
+                },
+            ))
             if row is None:
                 raise LeaseLost()
             waited = max(float(row.delay), 0.0)
@@ -688,8 +689,8 @@ class QueueService:
             valid = [r for r in receipts if isinstance(r, Receipt)]
             deleted: set[int] = set()
             if valid:
-                rows = await conn.execute(
-                    Q.delete_messages,
+                rows = await _fetch(
+                    conn, "delete_messages",
                     {
                         "queue_id": queue.id,
                         "ids": [r.message_row for r in valid],
@@ -722,18 +723,16 @@ class QueueService:
             timeout = lease_seconds
             if timeout is None:
                 timeout = queue.attributes.visibility_timeout
-            row = (
-                await conn.execute(
-                    Q.save_checkpoint,
-                    {
-                        "queue_id": queue.id,
-                        "id": receipt.message_row,
-                        "token": receipt.claim_token,
-                        "cursor": json.dumps(cursor),
-                        "timeout": timeout,
-                    },
-                )
-            ).one_or_none()
+            row = _first(await _fetch(
+                conn, "save_checkpoint",
+                {
+                    "queue_id": queue.id,
+                    "id": receipt.message_row,
+                    "token": receipt.claim_token,
+                    "cursor": json.dumps(cursor),
+                    "timeout": timeout,
+                },
+            ))
         if row is None:
             raise LeaseLost()
         return Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at)
@@ -819,6 +818,32 @@ def _lease_and_deadline(
     lease = attributes.visibility_timeout if visibility_timeout is None else visibility_timeout
     wait_seconds = attributes.receive_wait if wait is None else wait
     return lease, time.monotonic() + wait_seconds
+
+
+async def _fetch(conn: AsyncConnection, name: str, params: dict[str, Any]) -> list[Any]:
+    """Runs a named statement on the driver itself (asyncpg), past SQLAlchemy's
+    execution layer: the hot path's statements are plain and their results are
+    read by name."""
+    sql, names = DRIVER[name]
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    rows: list[Any] = await driver.fetch(sql, *(params[n] for n in names))
+    return [_Row(row) for row in rows]
+
+
+def _first(rows: list[Any]) -> Any:
+    return rows[0] if rows else None
+
+
+class _Row:
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return self._record[name]
 
 
 async def _wait_any(

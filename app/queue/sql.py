@@ -35,3 +35,22 @@ class _Queries:
 
 
 Q = _Queries(SOURCE)
+
+
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    # The same rule as SQLAlchemy's text(): `:name` not after a word character,
+    # a backslash or another colon (so `::type` casts and `a:b` in comments stay).
+    return re.sub(r"(?<![:\w\\]):(\w+)(?!:)", number, sql), tuple(names)
+
+
+DRIVER: dict[str, tuple[str, tuple[str, ...]]] = {
+    name: _positional(sql) for name, sql in SOURCE.items()
+}
+"""Each statement in asyncpg's `$n` form, with its parameter names in order."""
