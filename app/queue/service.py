@@ -62,6 +62,9 @@ _CONNECTION_ERRORS = (
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.InterfaceError,
+    # The protocol state of a connection whose server process went away under
+    # an operation ("another operation is in progress"): the connection is dead.
+    asyncpg.exceptions.InternalClientError,
     # Connection set-up refused: a wrong database name or credentials.
     asyncpg.exceptions.InvalidCatalogNameError,
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,
