@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import httpx
+
+from app.queue.sql import DRIVER
 
 
 async def make_queue(client: httpx.AsyncClient, name: str = "jobs", **attributes: Any) -> str:
@@ -54,15 +55,8 @@ async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 20.0
             await asyncio.sleep(0.02)
 
 
-def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
-    """A named query of app/queue/queries.sql in asyncpg's $n form, with its arguments."""
-    order: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in order:
-            order.append(name)
-        return f"${order.index(name) + 1}"
-
-    text = re.sub(r"(?<!:):([a-z_]+)\b", number, sql)
-    return text, [params[name] for name in order]
+def positional(name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A named query of app/queue/queries.sql in asyncpg's $n form (the service's
+    own translation), with its arguments in order."""
+    sql, names = DRIVER[name]
+    return sql, [params[n] for n in names]

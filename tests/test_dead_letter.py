@@ -14,7 +14,6 @@ from conftest import AppClient
 from support import eventually, make_queue, positional, receive, send, wait_until
 
 from app.db.engine import plain_url
-from app.queue.sql import SOURCE
 
 
 async def dead_letter_pair(
@@ -313,7 +312,7 @@ async def test_a_redrive_batch_killed_before_commit_changes_nothing(
         "FROM queues d, queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' RETURNING id"
     )
     victim = await asyncpg.connect(plain_url(database_url))
-    sql, args = positional(SOURCE["redrive_batch"], {"task_id": task_id, "batch": 20, "hold": 5})
+    sql, args = positional("redrive_batch", {"task_id": task_id, "batch": 20, "hold": 5})
     transaction = victim.transaction()
     await transaction.start()
     row = await victim.fetchrow(sql, *args)

@@ -30,7 +30,7 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
         queue_id,
     )
     await db.execute("ANALYZE messages")
-    sql, args = positional(SOURCE["claim_messages"], {
+    sql, args = positional("claim_messages", {
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "dead_letter_queue_id": None, "max_receive_count": None,
     })
