@@ -15,7 +15,7 @@ from app.queue.sql import SOURCE
 def test_every_named_query_is_used() -> None:
     code = "\n".join(p.read_text() for p in Path("app").rglob("*.py"))
     used = set(re.findall(r"\bQ\.(\w+)", code))
-    used |= set(re.findall(r"_fetch\(\s*conn,\s*\"(\w+)\"", code))  # the driver path
+    used |= set(re.findall(r"\bfetch\(\s*conn,\s*\"(\w+)\"", code))  # the driver path
     assert set(SOURCE) == used
 
 

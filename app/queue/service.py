@@ -31,6 +31,7 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits, typed
+from app.queue.group_commit import Change, GroupCommit, Handle, Outgoing
 from app.queue.models import (
     EntryError,
     Lease,
@@ -45,7 +46,7 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
-from app.queue.sql import DRIVER, Q
+from app.queue.sql import Q, fetch, first
 from app.queue.waiting import Waiter, WaitHub, changed_payload, payload
 
 _DEAD_LETTER_ROUNDS = 10
@@ -149,6 +150,12 @@ class QueueService:
         self._queue_cache_seconds = queue_cache_seconds
         self._queue_cache: dict[str, tuple[float, Queue]] = {}
         hub.on_queue_changed = self._forget_queue
+        self.group = GroupCommit(
+            lambda: self.transaction(autocommit=True),
+            self._claim_rows,
+            self._notify_here,
+            self._give_back,
+        )
 
     def _forget_queue(self, queue_id: int | None) -> None:
         if queue_id is None:
@@ -176,7 +183,7 @@ class QueueService:
                         yield conn
                     except _CONNECTION_ERRORS:
                         # Raised by the driver directly (the hot path's statements,
-                        # see _fetch): tell the pool this connection is dead.
+                        # see sql.fetch): tell the pool this connection is dead.
                         with contextlib.suppress(Exception):
                             await conn.invalidate()
                         raise
@@ -213,6 +220,14 @@ class QueueService:
         For the message operations, where a statement less per request counts."""
         cached = self._cached_queue(name) if self._hub.listening else None
         return cached if cached is not None else await self.lookup_queue(conn, name)
+
+    async def _queue_named(self, name: str) -> Queue:
+        """`_queue_for` for grouped operations, which hold no connection of their own."""
+        cached = self._cached_queue(name) if self._hub.listening else None
+        if cached is not None:
+            return cached
+        async with self.transaction(autocommit=True) as conn:
+            return await self.lookup_queue(conn, name)
 
     def _cached_queue(self, name: str) -> Queue | None:
         entry = self._queue_cache.get(name)
@@ -386,58 +401,37 @@ class QueueService:
     async def _send(
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
-        async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(conn, name)
-            results: list[SentMessage | EntryError | None] = []
-            accepted: list[tuple[int, OutgoingMessage]] = []
-            for index, message in enumerate(messages):
-                try:
-                    if message_size(message) > queue.attributes.max_message_bytes:
-                        raise MessageTooLarge(
-                            f"Message is larger than the queue's max_message_bytes "
-                            f"({queue.attributes.max_message_bytes})."
-                        )
-                    if message.delay is not None:
-                        _check_range("delay", message.delay, limits.DELAY)
-                except QueueError as exc:
-                    results.append(EntryError(exc))
-                else:
-                    results.append(None)  # filled in from the INSERT below
-                    accepted.append((index, message))
-            if accepted:
-                retention = queue.attributes.message_retention
-                stored = [_stored_attributes(m) for _, m in accepted]
-                rows = (
-                    await _fetch(
-                        conn, "send_messages",
-                        {
-                            "queue_id": queue.id,
-                            "retention": retention,
-                            "bodies": [m.body for _, m in accepted],
-                            "attributes": [flat for flat, _ in stored],
-                            "attribute_types": [types for _, types in stored],
-                            "sender_ids": [m.sender_id for _, m in accepted],
-                            "delays": [
-                                queue.attributes.delay if m.delay is None else m.delay
-                                for _, m in accepted
-                            ],
-                            "not_befores": [m.not_before for _, m in accepted],
-                        },
+        queue = await self._queue_named(name)
+        results: list[SentMessage | EntryError | None] = []
+        accepted: list[int] = []
+        outgoing: list[Outgoing] = []
+        for index, message in enumerate(messages):
+            try:
+                if message_size(message) > queue.attributes.max_message_bytes:
+                    raise MessageTooLarge(
+                        f"Message is larger than the queue's max_message_bytes "
+                        f"({queue.attributes.max_message_bytes})."
                     )
-                )
-                for (index, _), row in zip(accepted, rows, strict=True):
-                    results[index] = SentMessage(
-                        message_id=str(row.message_id), sent_at=row.sent_at
-                    )
-        if accepted:
-            dues = [float(row.due_in) for row in rows]
-            self._notify_here(
-                payload(
-                    queue.id,
-                    ready=sum(1 for due in dues if due <= 0),
-                    due_in=min((due for due in dues if due > 0), default=None),
-                )
-            )
+                if message.delay is not None:
+                    _check_range("delay", message.delay, limits.DELAY)
+            except QueueError as exc:
+                results.append(EntryError(exc))
+                continue
+            results.append(None)  # filled in from the INSERT below
+            accepted.append(index)
+            flat, types = _stored_attributes(message)
+            outgoing.append(Outgoing(
+                body=message.body,
+                attributes=flat,
+                attribute_types=types,
+                sender_id=message.sender_id,
+                delay=queue.attributes.delay if message.delay is None else message.delay,
+                not_before=message.not_before,
+            ))
+        if outgoing:
+            sent = await self.group.send(queue, outgoing)
+            for index, one in zip(accepted, sent, strict=True):
+                results[index] = one
         return [result for result in results if result is not None]
 
     def _notify_here(self, notice: str) -> None:
@@ -456,7 +450,7 @@ class QueueService:
         received: list[ReceivedMessage] = []
         dead_lettered = 0
         for _ in range(_DEAD_LETTER_ROUNDS):
-            rows = await _fetch(
+            rows = await fetch(
                 conn, "claim_messages",
                 {
                     "queue_id": queue.id,
@@ -502,7 +496,7 @@ class QueueService:
         )
 
     async def _outlook(self, conn: AsyncConnection, queue: Queue) -> _Outlook:
-        (row,) = await _fetch(
+        (row,) = await fetch(
             conn, "queue_outlook",
             {"queue_id": queue.id, "retention": queue.attributes.message_retention},
         )
@@ -560,6 +554,9 @@ class QueueService:
                     # notification still on its way wakes it like any waiter.
                     waiter = hub.park(queue.id)
                     ahead = _Outlook(due_in=quiet, more_now=False)
+                elif queue is not None and not (deadline > time.monotonic() and not hub.closed):
+                    # A short poll of a known queue: one claim with whoever else polls now.
+                    return await self.group.claim(queue, lease, max_messages)
                 else:
                     async with self.transaction(autocommit=True) as conn:
                         if queue is None:
@@ -614,38 +611,14 @@ class QueueService:
         """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
         for _, timeout in entries:
             _check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
-        async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(conn, name)
-            receipts = self._receipts(queue, [handle for handle, _ in entries])
-            valid = [
-                (r, timeout)
-                for r, (_, timeout) in zip(receipts, entries, strict=True)
-                if isinstance(r, Receipt)
-            ]
-            changed: dict[int, Any] = {}
-            if valid:
-                rows = await _fetch(
-                    conn, "change_visibility",
-                    {
-                        "queue_id": queue.id,
-                        "ids": [r.message_row for r, _ in valid],
-                        "tokens": [r.claim_token for r, _ in valid],
-                        "timeouts": [timeout for _, timeout in valid],
-                    },
-                )
-                changed = {row.id: row for row in rows}
-            # Releases wake receivers now; a lease shortened (rare) sets their timer.
-            ready = sum(1 for row in changed.values() if row.timeout == 0)
-            due_in = min(
-                (row.timeout for row in changed.values() if row.sooner and row.timeout > 0),
-                default=None,
-            )
-            notice = None
-            if ready or due_in is not None:
-                notice = payload(queue.id, ready=ready, due_in=due_in)
-                await conn.execute(Q.notify_queue, {"notice": notice})
-        if notice is not None:
-            self._notify_here(notice)
+        queue = await self._queue_named(name)
+        receipts = self._receipts(queue, [handle for handle, _ in entries])
+        valid = [
+            Change(r.message_row, r.claim_token, timeout)
+            for r, (_, timeout) in zip(receipts, entries, strict=True)
+            if isinstance(r, Receipt)
+        ]
+        changed = await self.group.change(queue.id, valid) if valid else {}
         results: list[Lease | EntryError] = []
         for receipt, (_, timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
@@ -657,6 +630,13 @@ class QueueService:
                 results.append(EntryError(LeaseLost()))
         return results
 
+    async def _give_back(self, queue: Queue, claimed: list[ReceivedMessage]) -> None:
+        """Release what a grouped claim took for a receiver that stopped waiting."""
+        receipts = [self._signer.decode(m.receipt_handle, queue_id=queue.id) for m in claimed]
+        await self.group.change(
+            queue.id, [Change(r.message_row, r.claim_token, 0) for r in receipts]
+        )
+
     async def release(self, name: str, handle: str, delay: int | None = None) -> Released:
         """Give a message back after a failure: visible again after `delay`
         seconds, else after the queue's retry ladder's delay, else at once."""
@@ -665,7 +645,7 @@ class QueueService:
         async with self.transaction(autocommit=True) as conn:
             queue = await self._queue_for(conn, name)
             receipt = self._signer.decode(handle, queue_id=queue.id)
-            row = _first(await _fetch(
+            row = first(await fetch(
                 conn, "release_message",
                 {
                     "queue_id": queue.id,
@@ -686,21 +666,10 @@ class QueueService:
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
-        async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(conn, name)
-            receipts = self._receipts(queue, handles)
-            valid = [r for r in receipts if isinstance(r, Receipt)]
-            deleted: set[int] = set()
-            if valid:
-                rows = await _fetch(
-                    conn, "delete_messages",
-                    {
-                        "queue_id": queue.id,
-                        "ids": [r.message_row for r in valid],
-                        "tokens": [r.claim_token for r in valid],
-                    },
-                )
-                deleted = {row.id for row in rows}
+        queue = await self._queue_named(name)
+        receipts = self._receipts(queue, handles)
+        valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
+        deleted = await self.group.delete(queue.id, valid) if valid else set()
         results: list[EntryError | None] = []
         seen: set[int] = set()
         for receipt in receipts:
@@ -726,7 +695,7 @@ class QueueService:
             timeout = lease_seconds
             if timeout is None:
                 timeout = queue.attributes.visibility_timeout
-            row = _first(await _fetch(
+            row = first(await fetch(
                 conn, "save_checkpoint",
                 {
                     "queue_id": queue.id,
@@ -821,32 +790,6 @@ def _lease_and_deadline(
     lease = attributes.visibility_timeout if visibility_timeout is None else visibility_timeout
     wait_seconds = attributes.receive_wait if wait is None else wait
     return lease, time.monotonic() + wait_seconds
-
-
-async def _fetch(conn: AsyncConnection, name: str, params: dict[str, Any]) -> list[Any]:
-    """Runs a named statement on the driver itself (asyncpg), past SQLAlchemy's
-    execution layer: the hot path's statements are plain and their results are
-    read by name."""
-    sql, names = DRIVER[name]
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    assert driver is not None
-    rows: list[Any] = await driver.fetch(sql, *(params[n] for n in names))
-    return [_Row(row) for row in rows]
-
-
-def _first(rows: list[Any]) -> Any:
-    return rows[0] if rows else None
-
-
-class _Row:
-    __slots__ = ("_record",)
-
-    def __init__(self, record: Any) -> None:
-        self._record = record
-
-    def __getattr__(self, name: str) -> Any:
-        return self._record[name]
 
 
 async def _wait_any(

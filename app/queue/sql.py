@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any
 
 from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -54,3 +56,29 @@ DRIVER: dict[str, tuple[str, tuple[str, ...]]] = {
     name: _positional(sql) for name, sql in SOURCE.items()
 }
 """Each statement in asyncpg's `$n` form, with its parameter names in order."""
+
+
+async def fetch(conn: AsyncConnection, name: str, params: dict[str, Any]) -> list[Any]:
+    """Runs a named statement on the driver itself (asyncpg), past SQLAlchemy's
+    execution layer: the hot path's statements are plain and their results are
+    read by name (`row.id`)."""
+    sql, names = DRIVER[name]
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    rows: list[Any] = await driver.fetch(sql, *(params[n] for n in names))
+    return [_Row(row) for row in rows]
+
+
+def first(rows: list[Any]) -> Any:
+    return rows[0] if rows else None
+
+
+class _Row:
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return self._record[name]

@@ -1,0 +1,239 @@
+"""Group commit: concurrent requests share statements, and each keeps its own
+result and error."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from support import make_queue, receive, send
+
+from app.errors import DatabaseUnavailable
+from app.queue.coalesce import Coalescer
+from app.queue.models import OutgoingMessage, SentMessage
+from app.queue.service import QueueService
+
+# -- the grouping itself (no database: the statement is a function here) -----
+
+
+class Recorder:
+    """A statement that records the groups it was given and can be held open."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[list[int]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.refuse: set[int] = set()
+        self.unavailable = False
+        self.started = asyncio.Event()
+
+    async def run(self, key: str, groups: list[list[int]]) -> list[list[int]]:
+        self.groups.append(groups)
+        self.started.set()
+        await self.gate.wait()
+        if self.unavailable:
+            raise DatabaseUnavailable()
+        if self.refuse & {item for group in groups for item in group}:
+            raise ValueError("refused")
+        return [[item * 10 for item in group] for group in groups]
+
+
+async def _pile_up(coalescer: Coalescer[str, int, list[int]], recorder: Recorder,
+                   requests: list[list[int]]) -> list[Any]:
+    """The first request's statement is held open while the others arrive."""
+    recorder.gate.clear()
+    tasks = [asyncio.create_task(coalescer.submit("q", requests[0]))]
+    await recorder.started.wait()
+    tasks += [asyncio.create_task(coalescer.submit("q", items)) for items in requests[1:]]
+    for _ in range(3):  # every other request gets in line behind the first statement
+        await asyncio.sleep(0)
+    recorder.gate.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_requests_arriving_during_a_statement_share_the_next() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder.run, limit=100)
+    results = await _pile_up(coalescer, recorder, [[i] for i in range(20)])
+    assert results == [[i * 10] for i in range(20)]
+    assert [len(g) for g in recorder.groups] == [1, 19]
+    assert coalescer.statements == 2
+
+
+async def test_a_lone_request_runs_at_once_in_a_group_of_one() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder.run, limit=100)
+    assert await coalescer.submit("q", [1, 2]) == [10, 20]
+    assert recorder.groups == [[[1, 2]]]
+
+
+async def test_a_group_never_exceeds_the_limit_but_a_heavy_request_still_runs() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder.run, limit=4)
+    results = await _pile_up(coalescer, recorder, [[0], [1, 2], [3, 4], [5], [6, 7, 8, 9, 10]])
+    assert results == [[0], [10, 20], [30, 40], [50], [60, 70, 80, 90, 100]]
+    weights = [sum(len(items) for items in group) for group in recorder.groups]
+    assert weights == [1, 4, 1, 5]  # [5] and the 5-item request cannot share a group
+
+
+async def test_a_refused_entry_fails_only_the_request_that_brought_it() -> None:
+    recorder = Recorder()
+    recorder.refuse = {7}
+    coalescer = Coalescer(recorder.run, limit=100)
+    results = await _pile_up(coalescer, recorder, [[i] for i in range(10)])
+    assert isinstance(results[7], ValueError)
+    assert [r for i, r in enumerate(results) if i != 7] == [[i * 10] for i in range(10) if i != 7]
+
+
+async def test_a_lost_connection_is_not_retried_request_by_request() -> None:
+    recorder = Recorder()
+    coalescer = Coalescer(recorder.run, limit=100)
+    recorder.unavailable = True
+    results = await _pile_up(coalescer, recorder, [[i] for i in range(5)])
+    assert all(isinstance(r, DatabaseUnavailable) for r in results)
+    assert len(recorder.groups) == 2  # the first alone, then the other four together: no retries
+
+
+async def test_a_row_already_in_the_group_waits_for_the_next_statement() -> None:
+    recorder = Recorder()
+    coalescer: Coalescer[str, int, list[int]] = Coalescer(
+        recorder.run, limit=100, row=lambda item: item
+    )
+    results = await _pile_up(coalescer, recorder, [[0], [1], [2], [1, 3], [4]])
+    assert results == [[0], [10], [20], [10, 30], [40]]
+    assert recorder.groups[1] == [[1], [2], [4]]
+    assert recorder.groups[2] == [[1, 3]]
+
+
+async def test_a_claim_whose_caller_stopped_waiting_is_handed_to_abandoned() -> None:
+    recorder = Recorder()
+    abandoned: list[list[int]] = []
+
+    async def give_back(key: str, result: list[int]) -> None:
+        abandoned.append(result)
+
+    coalescer = Coalescer(recorder.run, limit=100, abandoned=give_back)
+    recorder.gate.clear()
+    task = asyncio.create_task(coalescer.submit("q", [4]))
+    await recorder.started.wait()
+    task.cancel()
+    recorder.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    assert abandoned == [[40]]
+
+
+# -- grouped statements on PostgreSQL ------------------------------------------
+
+
+def _service(client: httpx.AsyncClient) -> QueueService:
+    service: QueueService = client.app.state.service  # type: ignore[attr-defined]
+    return service
+
+
+async def test_concurrent_single_sends_share_inserts_and_all_land(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await make_queue(client, "grouped")
+    group = _service(client).group
+    before = group.sends.statements
+    ids = await asyncio.gather(*(send(client, "grouped", f"m{i}") for i in range(60)))
+    statements = group.sends.statements - before
+    assert len(set(ids)) == 60
+    assert statements < 60, "no two sends shared a statement"
+    rows = await db.fetch(
+        "SELECT body FROM messages m JOIN queues q ON q.id = m.queue_id WHERE q.name = 'grouped'"
+    )
+    assert sorted(r["body"] for r in rows) == sorted(f"m{i}" for i in range(60))
+
+
+async def test_concurrent_short_polls_share_claims_and_never_share_a_message(
+    client: httpx.AsyncClient,
+) -> None:
+    await make_queue(client, "grouped")
+    response = await client.post(
+        "/v1/queues/grouped/messages", json={"messages": [{"body": str(i)} for i in range(50)]}
+    )
+    assert response.status_code == 200
+    group = _service(client).group
+    before = group.claims.statements
+    batches = await asyncio.gather(
+        *(receive(client, "grouped", max=2, visibility_timeout=60) for _ in range(40))
+    )
+    bodies = [m["body"] for batch in batches for m in batch]
+    assert sorted(bodies, key=int) == [str(i) for i in range(50)]  # each exactly once
+    assert all(len(batch) <= 2 for batch in batches)
+    assert group.claims.statements - before < 40
+    tokens = [m["fencing_token"] for batch in batches for m in batch]
+    assert len(set(tokens)) == 50
+
+
+async def test_grouped_acknowledgements_keep_each_handles_own_answer(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await make_queue(client, "grouped")
+    for i in range(30):
+        await send(client, "grouped", str(i))
+    claimed = await receive(client, "grouped", max=10, visibility_timeout=60)
+    claimed += await receive(client, "grouped", max=10, visibility_timeout=60)
+    claimed += await receive(client, "grouped", max=10, visibility_timeout=60)
+    handles = [m["receipt_handle"] for m in claimed]
+    # The same handle twice at once: one acknowledgement wins, the other is stale.
+    twice = handles[0]
+    answers = await asyncio.gather(
+        *(client.delete(f"/v1/queues/grouped/messages/{h}") for h in [*handles, twice])
+    )
+    statuses = [a.status_code for a in answers]
+    assert statuses.count(204) == 30
+    assert statuses.count(409) == 1
+    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+
+
+async def test_grouped_heartbeats_extend_each_lease_and_refuse_stale_handles(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await make_queue(client, "grouped")
+    for i in range(20):
+        await send(client, "grouped", str(i))
+    claimed = await receive(client, "grouped", max=10, visibility_timeout=5)
+    claimed += await receive(client, "grouped", max=10, visibility_timeout=5)
+    stale = claimed[0]["receipt_handle"]
+    deleted = await client.delete(f"/v1/queues/grouped/messages/{stale}")
+    assert deleted.status_code == 204
+    answers = await asyncio.gather(*(
+        client.patch(f"/v1/queues/grouped/messages/{m['receipt_handle']}/visibility",
+                     json={"timeout": 600})
+        for m in claimed
+    ))
+    assert answers[0].status_code == 409
+    assert all(a.status_code == 200 for a in answers[1:])
+    far = await db.fetchval(
+        "SELECT count(*) FROM messages WHERE visible_at > now() + interval '500 seconds'"
+    )
+    assert far == 19
+
+
+async def test_an_entry_postgresql_refuses_fails_only_its_own_send(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """Below the API (which refuses NUL itself): PostgreSQL's text cannot hold a
+    NUL, so that INSERT fails; the sends grouped with it still land."""
+    await make_queue(client, "grouped")
+    service = _service(client)
+    bodies = [f"ok {i}" for i in range(12)]
+    bodies[5] = "bad \x00 body"
+    results = await asyncio.gather(
+        *(service.send("grouped", [OutgoingMessage(body=b)]) for b in bodies),
+        return_exceptions=True,
+    )
+    assert isinstance(results[5], asyncpg.PostgresError)
+    assert all(
+        isinstance(r, list) and isinstance(r[0], SentMessage)
+        for i, r in enumerate(results) if i != 5
+    )
+    stored = {r["body"] for r in await db.fetch("SELECT body FROM messages")}
+    assert stored == {b for i, b in enumerate(bodies) if i != 5}
