@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
-from app.api.deps import ServiceDep, SettingsDep, check_batch
+from app.api.deps import ServiceDep, check_batch, service_of, settings_of
 from app.api.disconnect import client_gone
 from app.api.problems import entry_error, responses
 from app.api.schemas import (
@@ -42,12 +42,13 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 async def send(
     queue: str,
     body: SendIn,
-    service: ServiceDep,
-    settings: SettingsDep,
+    request: Request,
     response: Response,
 ) -> SentOut | BatchResults:
     """Send one message (201) or a batch `{"messages": [...]}` (200, per-entry results).
     Answers only after the commit."""
+    service = service_of(request)
+    settings = settings_of(request)
     entries = body.messages if isinstance(body, MessageBatchIn) else [body]
     check_batch(len(entries), settings)
     results = await service.send(
@@ -78,7 +79,6 @@ async def send(
 async def receive(
     queue: str,
     request: Request,
-    service: ServiceDep,
     max_messages: int = Query(1, alias="max", ge=limits.RECEIVE_MAX[0], le=limits.RECEIVE_MAX[1]),
     visibility_timeout: int | None = Query(
         None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1]
@@ -89,6 +89,7 @@ async def receive(
     ),
 ) -> ReceiveOut:
     """Claim up to `max` messages. With `wait`, returns as soon as one is available."""
+    service = service_of(request)
     async with client_gone(request) as gone:
         received = await service.receive(
             queue, max_messages=max_messages, visibility_timeout=visibility_timeout,
@@ -105,19 +106,22 @@ def _lease_or_raise(result: Lease | EntryError) -> LeaseOut:
 
 @router.patch("/messages/{receipt_handle}/visibility", responses=responses(400, 404, 409, 422, 503))
 async def change_visibility(
-    queue: str, receipt_handle: str, body: VisibilityIn, service: ServiceDep
+    queue: str, receipt_handle: str, body: VisibilityIn, request: Request
 ) -> LeaseOut:
     """Heartbeat: the lease ends `timeout` seconds from now, by the database clock.
     `timeout: 0` releases the message at once. 409 `lease_lost` when the claim is gone."""
+    service = service_of(request)
     (result,) = await service.change_visibility(queue, [(receipt_handle, body.timeout)])
     return _lease_or_raise(result)
 
 
 @router.post("/messages/visibility", responses=responses(404, 422, 503))
 async def change_visibility_batch(
-    queue: str, body: VisibilityBatchIn, service: ServiceDep, settings: SettingsDep
+    queue: str, body: VisibilityBatchIn, request: Request
 ) -> BatchResults:
     """Heartbeat or release many claims at once; one result per entry."""
+    service = service_of(request)
+    settings = settings_of(request)
     check_batch(len(body.entries), settings)
     results = await service.change_visibility(
         queue, [(e.receipt_handle, e.timeout) for e in body.entries]
@@ -137,8 +141,9 @@ async def change_visibility_batch(
     status_code=status.HTTP_204_NO_CONTENT,
     responses=responses(400, 404, 409, 503),
 )
-async def delete(queue: str, receipt_handle: str, service: ServiceDep) -> None:
+async def delete(queue: str, receipt_handle: str, request: Request) -> None:
     """Acknowledge: deletes the message only while this handle's claim holds it."""
+    service = service_of(request)
     (result,) = await service.delete(queue, [receipt_handle])
     if isinstance(result, EntryError):
         raise result.error
@@ -146,9 +151,11 @@ async def delete(queue: str, receipt_handle: str, service: ServiceDep) -> None:
 
 @router.post("/messages/delete", responses=responses(404, 422, 503))
 async def delete_batch(
-    queue: str, body: DeleteBatchIn, service: ServiceDep, settings: SettingsDep
+    queue: str, body: DeleteBatchIn, request: Request
 ) -> BatchResults:
     """Acknowledge many claims at once; one result per handle."""
+    service = service_of(request)
+    settings = settings_of(request)
     check_batch(len(body.receipt_handles), settings)
     results = await service.delete(queue, body.receipt_handles)
     return BatchResults.of(
@@ -158,11 +165,12 @@ async def delete_batch(
 
 @router.post("/messages/{receipt_handle}/release", responses=responses(400, 404, 409, 422, 503))
 async def release(
-    queue: str, receipt_handle: str, service: ServiceDep, body: ReleaseIn | None = None
+    queue: str, receipt_handle: str, request: Request, body: ReleaseIn | None = None
 ) -> ReleasedOut:
     """A failed attempt: the message is visible again after `delay` seconds, else after
     the queue's retry ladder's delay for its receive count, else at once.
     409 `lease_lost` when the claim is gone."""
+    service = service_of(request)
     released = await service.release(queue, receipt_handle, None if body is None else body.delay)
     return ReleasedOut(delay_seconds=released.delay_seconds, visible_at=released.visible_at)
 
@@ -191,10 +199,11 @@ async def peek(
 @router.put("/messages/{receipt_handle}/checkpoint",
             responses=responses(400, 404, 409, 422, 503))
 async def checkpoint(
-    queue: str, receipt_handle: str, body: CheckpointIn, service: ServiceDep
+    queue: str, receipt_handle: str, body: CheckpointIn, request: Request
 ) -> LeaseOut:
     """Record a cursor for a long job and renew the lease (by `timeout`, default the
     queue's visibility timeout). The next receive of the message returns the cursor."""
+    service = service_of(request)
     return _lease_or_raise(
         await service.checkpoint(queue, receipt_handle, body.cursor, body.timeout)
     )
