@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 from support import make_queue, positional
 
-from app.queue.sql import SOURCE
+from app.queue.sql import DRIVER, SOURCE, fetch
 
 
 def test_every_named_query_is_used() -> None:
@@ -39,3 +40,40 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
     text = "\n".join(row[0] for row in plan)
     assert "messages_claim" in text, text
     assert "Seq Scan on messages" not in text, text
+
+
+async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """asyncpg caches the claim as a prepared statement; a generic plan made on an
+    empty table would be a sequential scan kept as the table grows."""
+    await make_queue(client, "plans")
+    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'plans'")
+    await db.execute("VACUUM ANALYZE messages")  # empty, as after a purge
+    service: Any = client.app.state.service  # type: ignore[attr-defined]
+    params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
+              "dead_letter_queue_id": None, "max_receive_count": None}
+    scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages'"
+    async with service._engine.connect() as conn:  # a connection of the service's pool
+        for _ in range(10):
+            await fetch(conn, "claim_messages", params)
+        await db.execute(
+            "INSERT INTO messages (queue_id, body, visible_at) "
+            "SELECT $1, 'x', now() - (g % 100) * interval '1 second' "
+            "FROM generate_series(1, 20000) g",
+            queue_id,
+        )
+        driver = (await conn.get_raw_connection()).driver_connection
+        await driver.execute("SELECT pg_stat_force_next_flush()")
+        before = await driver.fetchrow(scans)
+        for _ in range(5):
+            assert (await fetch(conn, "claim_messages", params))[0].id is not None
+        await driver.execute("SELECT pg_stat_force_next_flush()")
+        after = await driver.fetchrow(scans)
+        plans = await driver.fetchrow(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement = $1", DRIVER["claim_messages"][0],
+        )
+    assert after["seq_scan"] == before["seq_scan"]
+    assert after["idx_scan"] > before["idx_scan"]
+    assert plans["generic_plans"] == 0 and plans["custom_plans"] >= 15

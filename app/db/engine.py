@@ -27,6 +27,18 @@ def resolve_database_url() -> str:
     return url
 
 
+SERVER_SETTINGS = {
+    "application_name": "leaseq",
+    # asyncpg prepares and caches every statement. After five executions
+    # PostgreSQL may switch a prepared statement to a generic plan and keep it:
+    # planned on an empty table (a new or purged queue), the claim's generic
+    # plan is a sequential scan, still used once the table holds millions of
+    # rows, until an ANALYZE. Planning each execution with its parameters and
+    # the table's current size costs far less than one such scan.
+    "plan_cache_mode": "force_custom_plan",
+}
+
+
 def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
     return create_async_engine(
         asyncpg_url(url),
@@ -36,5 +48,5 @@ def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
         # A connection that is checked out this long means the pool is starved;
         # failing fast as 503 beats a request hanging on it.
         pool_timeout=10,
-        connect_args={"server_settings": {"application_name": "leaseq"}},
+        connect_args={"server_settings": SERVER_SETTINGS},
     )
