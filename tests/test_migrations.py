@@ -49,3 +49,18 @@ async def test_upgrade_downgrade_upgrade(empty_database: str) -> None:
     assert await _tables(empty_database) == {"alembic_version"}
     await asyncio.to_thread(upgrade, empty_database)
     assert await _tables(empty_database) == SCHEMA
+
+
+async def test_the_messages_table_is_vacuumed_by_dead_tuples_not_by_its_size(
+    empty_database: str,
+) -> None:
+    await asyncio.to_thread(upgrade, empty_database)
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        options = await conn.fetchval(
+            "SELECT reloptions FROM pg_class WHERE relname = 'messages'"
+        )
+    finally:
+        await conn.close()
+    assert "autovacuum_vacuum_threshold=2000" in options
+    assert "autovacuum_vacuum_cost_delay=0" in options

@@ -267,7 +267,10 @@ class EmbeddedPostgres:
     def _try_start(self) -> bool:
         if self._socket_dir != self.pgdata:
             self._socket_dir.mkdir(mode=0o700, exist_ok=True)
-        options = f"-c listen_addresses='' -k {self._socket_dir} -p {_PORT}"
+        # autovacuum_naptime: how often a queue table's dead tuples can be
+        # reclaimed at all (see alembic/versions/0004_vacuum.py); 60 s by default.
+        options = (f"-c listen_addresses='' -k {self._socket_dir} -p {_PORT} "
+                   f"-c autovacuum_naptime=10")
         try:
             self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.pgdata / "server.log"),
                       "-o", options, "-w", "-t", str(int(_START_TIMEOUT)), "start",
