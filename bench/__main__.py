@@ -90,13 +90,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
 
 
 def _service_cpu(service: Service) -> Any:
-    proc = service.process
-
-    def seconds() -> float:
-        times = proc.cpu_times()
-        return float(times.user + times.system)
-
-    return seconds
+    return service.cpu_seconds
 
 
 class Heartbeats:
@@ -193,6 +187,7 @@ def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[i
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"\nleaseq benchmark ({os.cpu_count()} cores, {report['database']}, "
+          f"{report['workers']} service worker(s), "
           f"{report['seconds']:.0f} s a row, generators in {report['processes']} processes)")
     print(f"{'cycle':<22}{'raw msg/s':>11}{'rest msg/s':>12}{'rest/raw':>10}"
           f"{'lost':>6}{'dup':>5}{'claim p99':>11}{'delete p99':>12}"
@@ -206,6 +201,12 @@ def print_table(report: dict[str, Any]) -> None:
               f"{rest['claim_p99_ms']:>9.1f}ms{rest['delete_p99_ms']:>10.1f}ms"
               f"{rest['generator_cpu_percent']:>8.0f}%{rest['service_cpu_percent'] or 0:>8.0f}%")
     print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON)")
+    floor = report["floor"]
+    print(f"HTTP floor: GET /healthz (no database), {floor['clients']} clients: "
+          f"{floor['requests_per_second']:.0f} requests/s, service CPU "
+          f"{floor['service_cpu_percent']:.0f}%, generators {floor['generator_cpu_percent']:.0f}% "
+          f"-> a single-message cycle (3 requests) cannot pass "
+          f"{floor['requests_per_second'] / 3:.0f} msg/s here")
     for row in report["heartbeats"]:
         with_, without = row["with"], row["without"]
         print(f"heartbeats: {row['leases']} leases, {with_.get('heartbeats_per_second', 0):.0f} "
@@ -217,14 +218,17 @@ def print_table(report: dict[str, Any]) -> None:
     latency = report["long_poll"]
     print(f"send -> receive through a long poll: p50 {latency['p50_ms']:.2f} ms, "
           f"p99 {latency['p99_ms']:.2f} ms (n={latency['n']})")
+    print(f"service RSS ({report['workers']} worker(s), summed with uvicorn's supervisor if any): "
+          f"idle "
+          f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
 
 
-def main(quick: bool) -> dict[str, Any]:
+def main(quick: bool, workers: int | None) -> dict[str, Any]:
     seconds = 2.0 if quick else 8.0
     clients = [1, 16] if quick else [1, 4, 16]
     counts = [1000] if quick else [1000, 10000]
     processes = 2
-    with running_service() as service:
+    with running_service(workers=workers) as service:
         url = database_url(service)
         report: dict[str, Any] = {
             "when": datetime.now().isoformat(timespec="seconds"),
@@ -232,7 +236,12 @@ def main(quick: bool) -> dict[str, Any]:
             "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded",
             "seconds": seconds,
             "processes": processes,
+            "workers": len(service.processes()) - (1 if len(service.processes()) > 1 else 0),
         }
+        _wait_settled(service)
+        report["rss_idle_mb"] = service.rss_bytes() / 2**20
+        report["floor"] = cycle.floor(service.port, clients=16, seconds=seconds,
+                                      processes=processes, service_cpu=service.cpu_seconds)
         report["cycle"] = cycle_rows(service, url, seconds=seconds, clients=clients,
                                      processes=processes)
         report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,
@@ -240,15 +249,28 @@ def main(quick: bool) -> dict[str, Any]:
         times = asyncio.run(send_to_receive(service.port, "latency", 1, 100 if quick else 500))
         report["long_poll"] = {"p50_ms": percentile(times, 50) * 1000,
                                "p99_ms": percentile(times, 99) * 1000, "n": len(times)}
+        report["rss_peak_mb"] = service.rss_bytes(peak=True) / 2**20
     return report
+
+
+def _wait_settled(service: Service) -> None:
+    """Until every worker has started (their count stops changing) and served a request."""
+    seen = -1
+    while (count := len(service.processes())) != seen:
+        seen = count
+        time.sleep(1.0)
+    for _ in range(4 * max(count, 1)):
+        _call(service.port, "GET", "/healthz")
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description="leaseq benchmark suite")
     parser.add_argument("--quick", action="store_true", help="a smoke run (under two minutes)")
     parser.add_argument("--output", type=Path, help="where to write the JSON results")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="uvicorn workers of the service (default: leaseq serve's own)")
     args = parser.parse_args()
-    report = main(args.quick)
+    report = main(args.quick, args.workers)
     print_table(report)
     path = args.output or RESULTS / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

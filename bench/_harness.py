@@ -43,16 +43,51 @@ class Service:
     def process(self) -> psutil.Process:
         return psutil.Process(self.proc.pid)
 
+    def processes(self) -> list[psutil.Process]:
+        """The service's Python processes: the one serving, or uvicorn's supervisor
+        and its workers (not the embedded PostgreSQL it started)."""
+        main = self.process
+        found = [main]
+        for child in main.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "python" in child.name().lower() or "python" in " ".join(child.cmdline()[:1]):
+                    found.append(child)
+        return found
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def rss_bytes(self, *, peak: bool = False) -> int:
+        """Resident memory of the service's processes, summed: now, or the most
+        each has held since it started (VmHWM)."""
+        total = 0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error, OSError):
+                if not peak:
+                    total += proc.memory_info().rss
+                    continue
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) * 1024
+        return total
+
 
 @contextlib.contextmanager
-def running_service(*, pool_size: int = 10) -> Iterator[Service]:
+def running_service(*, pool_size: int = 10, workers: int | None = None) -> Iterator[Service]:
+    """`leaseq serve` in a fresh data directory; `workers` None: its default."""
     data_dir = Path(tempfile.mkdtemp(prefix="leaseq-bench-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEQ_")}
     env.update(LEASEQ_LOG_LEVEL="warning", LEASEQ_POOL_SIZE=str(pool_size))
     log = (data_dir / "service.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(data_dir),
+         *([] if workers is None else ["--workers", str(workers)])],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     service = Service(proc, port, data_dir)

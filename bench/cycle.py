@@ -3,6 +3,9 @@
 - raw: the cycle written directly in SQL with asyncpg on the same database:
   the strongest baseline there is, no HTTP, no service.
 - rest: the same cycle through leaseq's REST API.
+- floor: the service's cheapest route (GET /healthz, no database) at the same
+  concurrency: the most requests/s its HTTP stack serves here, and so a ceiling
+  for a cycle that takes three requests a message.
 
 Load comes from several generator processes (each runs its share of the
 clients), so that one Python process does not measure itself; each reports
@@ -56,6 +59,7 @@ class Share:
     claimed: list[str] = field(default_factory=list)
     claim_seconds: list[float] = field(default_factory=list)
     delete_seconds: list[float] = field(default_factory=list)
+    requests: int = 0
     cpu_seconds: float = 0.0
 
 
@@ -131,6 +135,16 @@ async def _rest_client(port: int, queue: str, batch: int, until: float, share: S
         http.close()
 
 
+async def _floor_client(port: int, until: float, share: Share) -> None:
+    http = await Http.open(port)
+    try:
+        while time.monotonic() < until:
+            status, _ = await http.raw("GET", "/healthz")
+            share.requests += status == 200
+    finally:
+        http.close()
+
+
 def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
                seconds: float) -> Share:
     """One generator process: `clients` concurrent clients for `seconds`."""
@@ -141,6 +155,8 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
         until = time.monotonic() + seconds
         if kind == "raw":
             runs = [_raw_client(target, queue, batch, until, share) for _ in range(clients)]
+        elif kind == "floor":
+            runs = [_floor_client(target, until, share) for _ in range(clients)]
         else:
             runs = [_rest_client(target, queue, batch, until, share) for _ in range(clients)]
         await asyncio.gather(*runs)
@@ -202,3 +218,22 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
         generator_cpu_percent=100 * sum(s.cpu_seconds for s in shares) / wall,
         service_cpu_percent=service_percent,
     )
+
+
+def floor(port: int, *, clients: int, seconds: float, processes: int,
+          service_cpu: Any) -> dict[str, float]:
+    """Requests/s of GET /healthz with `clients` keep-alive clients."""
+    processes = max(1, min(processes, clients))
+    per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    cpu_before = service_cpu()
+    start = time.monotonic()
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        futures = [pool.submit(_generator, "floor", port, None, n, 1, seconds) for n in per]
+        shares = [f.result() for f in futures]
+    wall = time.monotonic() - start
+    return {
+        "clients": clients,
+        "requests_per_second": sum(s.requests for s in shares) / seconds,
+        "generator_cpu_percent": 100 * sum(s.cpu_seconds for s in shares) / wall,
+        "service_cpu_percent": 100 * (service_cpu() - cpu_before) / wall,
+    }

@@ -34,6 +34,8 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert [row.split(",")[0] for row in rows] == ["single", "single", "batch 10", "batch 10"]
     assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
     assert any(line.startswith("send -> receive through a long poll") for line in lines)
+    assert any(line.startswith("HTTP floor: GET /healthz") for line in lines)
+    assert any(line.startswith("service RSS") for line in lines)
 
     report = json.loads(output.read_text())
     assert report["quick"] is True and len(report["cycle"]) == 4
@@ -45,3 +47,5 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     (beats,) = report["heartbeats"]
     assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
     assert report["long_poll"]["n"] == 100
+    assert report["floor"]["requests_per_second"] > 0
+    assert 0 < report["rss_idle_mb"] <= report["rss_peak_mb"]
