@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         default=16 * 1024 * 1024, ge=1024, description="Largest accepted request body."
     )
     log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
+    telemetry: bool = Field(
+        default=False,
+        description="FastAPI's OpenTelemetry spans and metrics for every request (they "
+        "report to a provider you configure). Off: checking for a provider costs each "
+        "request a few percent of the service's CPU.",
+    )
     sqs_account_id: str = Field(
         default="000000000000", pattern=r"^[0-9]{12}$",
         description="The account in SQS queue URLs and ARNs.",

@@ -147,13 +147,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         # 413: the body limit below applies to every route.
         responses=problems.responses(413, 422, 500),
+        telemetry=None if settings.telemetry else {
+            "tracing": False, "metrics": False, "logs": False, "operation_spans": False,
+        },
     )
     counts: Counter[tuple[str, str, int]] = Counter()
     app.state.request_counts = counts
     problems.install(app)
     problems.install_openapi(app)
-    app.include_router(queues.router)
+    # Routes are matched in order: the message routes, most of the traffic, first.
     app.include_router(messages.router)
+    app.include_router(queues.router)
     app.include_router(redrive.router)
     app.include_router(health.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
