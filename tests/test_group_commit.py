@@ -237,3 +237,26 @@ async def test_an_entry_postgresql_refuses_fails_only_its_own_send(
     )
     stored = {r["body"] for r in await db.fetch("SELECT body FROM messages")}
     assert stored == {b for i, b in enumerate(bodies) if i != 5}
+
+
+async def test_heartbeats_across_many_queues_hold_at_most_their_connection_budget(
+    app_factory: Any,
+) -> None:
+    client = await app_factory(pool_size=8)  # a budget of 2 connections for heartbeats
+    group = _service(client).group
+    handles: list[tuple[str, str]] = []
+    for q in range(8):
+        await make_queue(client, f"beats{q}")
+        response = await client.post(
+            f"/v1/queues/beats{q}/messages", json={"messages": [{"body": "x"}] * 5}
+        )
+        assert response.status_code == 200
+        handles += [(f"beats{q}", m["receipt_handle"])
+                    for m in await receive(client, f"beats{q}", max=5)]
+    answers = await asyncio.gather(*(
+        client.patch(f"/v1/queues/{queue}/messages/{handle}/visibility", json={"timeout": 120})
+        for _ in range(3) for queue, handle in handles
+    ))
+    assert [a.status_code for a in answers] == [200] * 120
+    assert group.changes_in_flight_peak == 2  # eight queues, yet never more than two
+    assert group.changes_in_flight == 0

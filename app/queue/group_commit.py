@@ -9,6 +9,7 @@ longer ones, and every request gets back the part that is its own.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -67,8 +68,18 @@ class GroupCommit:
         claim_rows: ClaimRows,
         notify_here: Callable[[str], None],
         give_back: Callable[[Queue, list[ReceivedMessage]], Awaitable[None]],
+        *,
+        change_connections: int,
     ) -> None:
         self._transaction = transaction
+        # Heartbeats are the one kind of write whose volume grows with the work
+        # in flight rather than with the traffic: a burst of them across many
+        # queues must not take the connections that claims and acknowledgements
+        # need. Visibility changes hold at most this many at once (grouping
+        # keeps them to one per queue already); beats wait their turn instead.
+        self._change_budget = asyncio.Semaphore(change_connections)
+        self.changes_in_flight = 0
+        self.changes_in_flight_peak = 0
         self._claim_rows = claim_rows
         self._notify_here = notify_here
         self._give_back = give_back
@@ -167,6 +178,17 @@ class GroupCommit:
         return [deleted.intersection(h.row for h in group) for group in groups]
 
     async def _change(self, queue_id: int, groups: list[list[Change]]) -> list[dict[int, Any]]:
+        async with self._change_budget:
+            self.changes_in_flight += 1
+            self.changes_in_flight_peak = max(self.changes_in_flight_peak, self.changes_in_flight)
+            try:
+                return await self._change_now(queue_id, groups)
+            finally:
+                self.changes_in_flight -= 1
+
+    async def _change_now(
+        self, queue_id: int, groups: list[list[Change]]
+    ) -> list[dict[int, Any]]:
         flat = [c for group in groups for c in group]
         async with self._transaction() as conn:
             rows = await fetch(

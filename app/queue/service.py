@@ -155,6 +155,7 @@ class QueueService:
             self._claim_rows,
             self._notify_here,
             self._give_back,
+            change_connections=max(1, _pool_size(engine) // 4),
         )
 
     def _forget_queue(self, queue_id: int | None) -> None:
@@ -769,6 +770,11 @@ class QueueService:
             total += count
             if count < batch:
                 return total
+
+
+def _pool_size(engine: AsyncEngine) -> int:
+    size = getattr(engine.pool, "size", None)
+    return int(size()) if callable(size) else 4
 
 
 def _check_tags(tags: dict[str, str]) -> None:
