@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     retention_sweep_seconds: float = Field(
         default=60.0, gt=0, description="How often expired messages are deleted."
     )
+    vacuum_check_seconds: float = Field(
+        default=10.0, gt=0,
+        description="How often a process checks whether the messages table needs the "
+        "VACUUM that autovacuum, when it is off, does not run.",
+    )
     redrive_scan_seconds: float = Field(
         default=10.0, gt=0,
         description="How often a process looks for redrive tasks whose runner died.",

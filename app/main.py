@@ -21,6 +21,7 @@ from app.queue.receipts import ReceiptSigner
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
+from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
 
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             service, hold_seconds=settings.redrive_hold_seconds
         )
         app.state.redrive_idle = asyncio.Event()
+        app.state.vacuum_rounds = asyncio.Event()
         listener.start()
         background = [
             asyncio.create_task(
@@ -126,6 +128,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 redrives.run_forever(settings.redrive_scan_seconds, app.state.redrive_idle),
                 name="leaseq-redrive",
+            ),
+            asyncio.create_task(
+                vacuum_forever(service, settings.vacuum_check_seconds, app.state.vacuum_rounds),
+                name="leaseq-vacuum",
             ),
         ]
         try:

@@ -422,3 +422,26 @@ counted AS (
 SELECT (SELECT status FROM counted) AS status,
        (SELECT count(*) FROM moved) AS moved,
        (SELECT array_agg(DISTINCT queue_id) FROM moved) AS destinations;
+
+-- name: messages_vacuum_state
+-- Whether autovacuum looks after the messages table (the server's setting and
+-- the table's own), and its dead and live tuples by the cumulative statistics.
+SELECT current_setting('autovacuum')::boolean
+       AND coalesce((SELECT option_value::boolean
+                     FROM pg_options_to_table(c.reloptions)
+                     WHERE option_name = 'autovacuum_enabled'), true) AS autovacuum,
+       coalesce(s.n_dead_tup, 0) AS dead,
+       coalesce(s.n_live_tup, 0) AS live
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = CAST('messages' AS regclass);
+
+-- name: try_vacuum_lock
+-- One process of a deployment vacuums at a time; the others skip their turn.
+SELECT pg_try_advisory_lock(hashtext('leaseq: vacuum messages')) AS locked;
+
+-- name: vacuum_unlock
+SELECT pg_advisory_unlock(hashtext('leaseq: vacuum messages'));
+
+-- name: vacuum_messages
+VACUUM (ANALYZE) messages;
