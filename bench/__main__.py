@@ -81,12 +81,43 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                             processes=processes, remaining=remaining_raw,
                             service_cpu=service_cpu)
             _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+            grouped = _grouping(service.port)
             rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
                              seconds=seconds, processes=processes, remaining=remaining_rest,
                              service_cpu=service_cpu)
-            rows.append({"raw": raw.as_dict(), "rest": rest.as_dict(),
+            after = _grouping(service.port)
+            rest_row = rest.as_dict()
+            # Requests per statement (group commit); /metrics is one worker's only.
+            rest_row["requests_per_statement"] = None if service_workers(service) > 1 else {
+                op: (after[op][0] - grouped[op][0]) / max(after[op][1] - grouped[op][1], 1)
+                for op in ("send", "claim", "delete")
+            }
+            rows.append({"raw": raw.as_dict(), "rest": rest_row,
                          "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)})
     return rows
+
+
+def _grouping(port: int) -> dict[str, tuple[int, int]]:
+    """(requests, statements) of each grouped operation, from /metrics."""
+    async def go() -> bytes:
+        http = await Http.open(port)
+        try:
+            return (await http.raw("GET", "/metrics"))[1]
+        finally:
+            http.close()
+
+    found: dict[str, list[int]] = {}
+    for line in asyncio.run(go()).decode().splitlines():
+        for kind, index in (("leaseq_grouped_requests_total", 0),
+                            ("leaseq_grouped_statements_total", 1)):
+            if line.startswith(kind + "{"):
+                op = line.split('"')[1]
+                found.setdefault(op, [0, 0])[index] = int(line.split()[-1])
+    return {op: (values[0], values[1]) for op, values in found.items()}
+
+
+def service_workers(service: Service) -> int:
+    return max(1, len(service.processes()) - 2)  # less uvicorn's supervisor and its helper
 
 
 def _service_cpu(service: Service) -> Any:
@@ -201,6 +232,12 @@ def print_table(report: dict[str, Any]) -> None:
               f"{rest['claim_p99_ms']:>9.1f}ms{rest['delete_p99_ms']:>10.1f}ms"
               f"{rest['generator_cpu_percent']:>8.0f}%{rest['service_cpu_percent'] or 0:>8.0f}%")
     print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON)")
+    for row in report["cycle"]:
+        grouping = row["rest"].get("requests_per_statement")
+        if grouping and row["rest"]["clients"] == 16:
+            print(f"  group commit, {'single' if row['rest']['batch'] == 1 else 'batch 10'}, "
+                  f"16 clients: requests per statement: "
+                  + ", ".join(f"{op} {value:.1f}" for op, value in grouping.items()))
     floor = report["floor"]
     print(f"HTTP floor: GET /healthz (no database), {floor['clients']} clients: "
           f"{floor['requests_per_second']:.0f} requests/s, service CPU "

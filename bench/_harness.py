@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,6 +92,9 @@ def running_service(*, pool_size: int = 10, workers: int | None = None) -> Itera
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     service = Service(proc, port, data_dir)
+    if threading.current_thread() is threading.main_thread():
+        # A benchmark stopped with SIGTERM still stops the service it started.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import threading
 import time
 from datetime import datetime
@@ -34,7 +35,10 @@ SELECT pg_relation_size('messages') AS heap,
        (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'messages') AS live,
        (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'messages') AS dead,
        (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'messages')
-           AS autovacuums
+           AS autovacuums,
+       (SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'messages')
+           AS vacuums,
+       current_setting('autovacuum') AS autovacuum
 """
 
 
@@ -135,7 +139,8 @@ def main(minutes: float, rate: float, backlog: int, leases: int) -> dict[str, An
                     samples.append({"second": round(time.monotonic() - start), **dict(row)})
                     print(f"{samples[-1]['second']:>5} s  heap {row['heap'] / 1e6:7.2f} MB  "
                           f"indexes {row['indexes'] / 1e6:7.2f} MB  live {row['live']:>7}  "
-                          f"dead {row['dead']:>7}  autovacuums {row['autovacuums']}", flush=True)
+                          f"dead {row['dead']:>7}  autovacuums {row['autovacuums']}  "
+                          f"vacuums by leaseq {row['vacuums']}", flush=True)
                     await asyncio.to_thread(thread.join, 10)
                 row = await conn.fetchrow(SIZES)
                 samples.append({"second": round(time.monotonic() - start), **dict(row)})
@@ -165,7 +170,9 @@ def cli() -> None:
     args = parser.parse_args()
     report = main(args.minutes, args.rate, args.backlog, args.leases)
     first, end = report["after_first_minute"], report["end"]
-    print(f"\nsoak: {args.minutes:g} min at {args.rate:g} msg/s, backlog {args.backlog}, "
+    print(f"\nsoak ({'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'}, "
+          f"autovacuum {report['end']['autovacuum']}): "
+          f"{args.minutes:g} min at {args.rate:g} msg/s, backlog {args.backlog}, "
           f"{args.leases} heartbeating leases; sent {report['counts']['sent']}, "
           f"deleted {report['counts']['deleted']}, beats {report['counts']['beats']} "
           f"(failed {report['counts']['beats_failed']})")

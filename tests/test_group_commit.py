@@ -145,6 +145,12 @@ async def test_concurrent_single_sends_share_inserts_and_all_land(
     statements = group.sends.statements - before
     assert len(set(ids)) == 60
     assert statements < 60, "no two sends shared a statement"
+    metrics = (await client.get("/metrics")).text
+    assert f'leaseq_grouped_requests_total{{operation="send"}} {group.sends.requests}' in metrics
+    assert f'leaseq_grouped_statements_total{{operation="send"}} {group.sends.statements}' in (
+        metrics
+    )
+    assert group.sends.requests == 60
     rows = await db.fetch(
         "SELECT body FROM messages m JOIN queues q ON q.id = m.queue_id WHERE q.name = 'grouped'"
     )

@@ -77,9 +77,11 @@ class Coalescer(Generic[K, T, R]):
         self._lines: dict[K, _Line[T, R]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.statements = 0
-        """Statements run so far (tests compare it with the requests served)."""
+        """Statements run so far; with `requests`, how well requests are grouped."""
+        self.requests = 0
 
     async def submit(self, key: K, items: list[T]) -> R:
+        self.requests += 1
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         rows = frozenset(self._row(item) for item in items) if self._row else frozenset()
         line = self._lines.get(key)

@@ -96,6 +96,10 @@ class GroupCommit:
             self._change, limit=GROUP_ITEMS, row=lambda c: c.row
         )
 
+    def coalescers(self) -> dict[str, Coalescer[Any, Any, Any]]:
+        return {"send": self.sends, "claim": self.claims, "delete": self.deletes,
+                "change_visibility": self.changes}
+
     # -- entry points ---------------------------------------------------------
 
     async def send(self, queue: Queue, messages: list[Outgoing]) -> list[SentMessage]:

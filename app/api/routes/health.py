@@ -26,9 +26,11 @@ async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> str:
-    """Prometheus text format: request counts by route and status, long-poll waiters."""
+    """Prometheus text format: request counts by route and status, long-poll waiters,
+    and how many statements the grouped requests shared."""
     counts: dict[tuple[str, str, int], int] = request.app.state.request_counts
     hub = request.app.state.hub
+    groups = request.app.state.service.group.coalescers()
     lines = [
         "# HELP leaseq_waiting_receivers Long-polling receivers waiting now.",
         "# TYPE leaseq_waiting_receivers gauge",
@@ -37,6 +39,14 @@ async def metrics(request: Request) -> str:
         "# TYPE leaseq_wakeups_total counter",
         f"leaseq_wakeups_total {hub.wakeups}",
 
+        "# HELP leaseq_grouped_requests_total Requests that went through group commit.",
+        "# TYPE leaseq_grouped_requests_total counter",
+        *(f'leaseq_grouped_requests_total{{operation="{name}"}} {c.requests}'
+          for name, c in groups.items()),
+        "# HELP leaseq_grouped_statements_total Statements those requests shared.",
+        "# TYPE leaseq_grouped_statements_total counter",
+        *(f'leaseq_grouped_statements_total{{operation="{name}"}} {c.statements}'
+          for name, c in groups.items()),
         "# HELP leaseq_http_requests_total HTTP requests answered, by route and status.",
         "# TYPE leaseq_http_requests_total counter",
     ]
