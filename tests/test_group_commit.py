@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from support import make_queue, receive, send
+from support import make_queue, receive, send, wait_until
 
 from app.errors import DatabaseUnavailable
 from app.queue.coalesce import Coalescer
@@ -123,7 +123,7 @@ async def test_a_claim_whose_caller_stopped_waiting_is_handed_to_abandoned() -> 
     recorder.gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0)
+    await wait_until(lambda: bool(abandoned))
     assert abandoned == [[40]]
 
 
