@@ -24,10 +24,10 @@ from typing import Any
 import asyncpg
 
 from bench._harness import Http, running_service
+from bench.heartbeats import Heartbeats
 from bench.longpoll import database_url
 
 RESULTS = Path(__file__).parent / "results"
-LEASE = 30
 
 SIZES = """
 SELECT pg_relation_size('messages') AS heap,
@@ -78,57 +78,30 @@ async def _cycle(port: int, rate: float, until: float, counts: dict[str, int]) -
         http.close()
 
 
-async def _heartbeats(port: int, leases: int, until: float, counts: dict[str, int]) -> None:
+async def _prepare(port: int, backlog: int) -> None:
     http = await Http.open(port)
-    handles: list[str] = []
-    while len(handles) < leases:
-        _, got = await http.request(
-            "GET", f"/v1/queues/soak-held/receive?max=10&visibility_timeout={LEASE}"
-        )
-        handles += [m["receipt_handle"] for m in got["messages"]]
-    chunks = [handles[i:i + 100] for i in range(0, len(handles), 100)]
-    interval = (LEASE / 3) / max(len(chunks), 1)
-    next_at = time.monotonic()
-    while time.monotonic() < until:
-        for chunk in chunks:
-            _, result = await http.request(
-                "POST", "/v1/queues/soak-held/messages/visibility",
-                {"entries": [{"receipt_handle": h, "timeout": LEASE} for h in chunk]},
-            )
-            counts["beats"] += result["succeeded"]
-            counts["beats_failed"] += result["failed"]
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-    http.close()
-
-
-async def _prepare(port: int, backlog: int, leases: int) -> None:
-    http = await Http.open(port)
-    for name in ("soak", "soak-held"):
-        await http.request("POST", "/v1/queues", {"name": name})
-    for queue, count in (("soak", backlog), ("soak-held", leases)):
-        for start in range(0, count, 100):
-            batch = [{"body": "standing"}] * min(100, count - start)
-            await http.request("POST", f"/v1/queues/{queue}/messages", {"messages": batch})
+    await http.request("POST", "/v1/queues", {"name": "soak"})
+    for start in range(0, backlog, 100):
+        batch = [{"body": "standing"}] * min(100, backlog - start)
+        await http.request("POST", "/v1/queues/soak/messages", {"messages": batch})
     http.close()
 
 
 def main(minutes: float, rate: float, backlog: int, leases: int) -> dict[str, Any]:
     with running_service() as service:
         url = database_url(service)
-        asyncio.run(_prepare(service.port, backlog, leases))
-        counts = {"sent": 0, "deleted": 0, "beats": 0, "beats_failed": 0}
+        asyncio.run(_prepare(service.port, backlog))
+        beats = Heartbeats(service.port, leases, queue="soak-held")
+        beats.prepare()
+        counts = {"sent": 0, "deleted": 0}
         samples: list[dict[str, Any]] = []
         start = time.monotonic()
         until = start + minutes * 60
 
-        def load() -> None:
-            async def both() -> None:
-                await asyncio.gather(_cycle(service.port, rate, until, counts),
-                                     _heartbeats(service.port, leases, until, counts))
-            asyncio.run(both())
-
-        thread = threading.Thread(target=load, daemon=True)
+        beats.start()
+        thread = threading.Thread(
+            target=lambda: asyncio.run(_cycle(service.port, rate, until, counts)), daemon=True
+        )
         thread.start()
 
         async def watch() -> None:
@@ -148,6 +121,8 @@ def main(minutes: float, rate: float, backlog: int, leases: int) -> dict[str, An
                 await conn.close()
 
         asyncio.run(watch())
+        beats.stop()
+        counts.update(beats=beats.beats, beats_failed=beats.failed)
     first_minute = next((s for s in samples if s["second"] >= 60), samples[0])
     end = samples[-1]
     return {
