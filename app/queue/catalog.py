@@ -160,19 +160,17 @@ class QueueCatalog:
         self._queue_cache[name] = (time.monotonic() + lifetime, queue)
         return queue
 
-    async def _queue_for(self, conn: AsyncConnection, name: str) -> Queue:
-        """The queue from the cache (kept true by change notifications), else read.
-        For the message operations, where a statement less per request counts."""
-        cached = self._cached_queue(name) if self._hub.listening else None
-        return cached if cached is not None else await self.lookup_queue(conn, name)
-
-    async def _queue_named(self, name: str) -> Queue:
-        """`_queue_for` for grouped operations, which hold no connection of their own."""
+    async def _queue_for(self, name: str, conn: AsyncConnection | None = None) -> Queue:
+        """The queue from the cache (kept true by change notifications), else read,
+        in `conn` when the caller holds one. For the message operations, where a
+        statement less per request counts."""
         cached = self._cached_queue(name) if self._hub.listening else None
         if cached is not None:
             return cached
-        async with self.transaction(autocommit=True) as conn:
+        if conn is not None:
             return await self.lookup_queue(conn, name)
+        async with self.transaction(autocommit=True) as own:
+            return await self.lookup_queue(own, name)
 
     def _cached_queue(self, name: str) -> Queue | None:
         entry = self._queue_cache.get(name)

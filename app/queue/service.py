@@ -127,7 +127,7 @@ class QueueService(QueueCatalog):
     async def _send(
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
-        queue = await self._queue_named(name)
+        queue = await self._queue_for(name)
         results: list[SentMessage | EntryError | None] = []
         accepted: list[int] = []
         outgoing: list[Outgoing] = []
@@ -337,7 +337,7 @@ class QueueService(QueueCatalog):
         """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
         for _, timeout in entries:
             check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
-        queue = await self._queue_named(name)
+        queue = await self._queue_for(name)
         receipts = self._receipts(queue, [handle for handle, _ in entries])
         valid = [
             Change(r.message_row, r.claim_token, timeout)
@@ -369,7 +369,7 @@ class QueueService(QueueCatalog):
         if delay is not None:
             check_range("delay", delay, limits.RELEASE_DELAY)
         async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(conn, name)
+            queue = await self._queue_for(name, conn)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             row = first(await fetch(
                 conn, "release_message",
@@ -392,7 +392,7 @@ class QueueService(QueueCatalog):
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
-        queue = await self._queue_named(name)
+        queue = await self._queue_for(name)
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
         deleted = await self.group.delete(queue.id, valid) if valid else set()
@@ -416,7 +416,7 @@ class QueueService(QueueCatalog):
         if lease_seconds is not None:
             check_range("timeout", lease_seconds, limits.VISIBILITY_TIMEOUT)
         async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(conn, name)
+            queue = await self._queue_for(name, conn)
             receipt = self._signer.decode(handle, queue_id=queue.id)
             timeout = lease_seconds
             if timeout is None:
