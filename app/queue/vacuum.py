@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.errors import DatabaseUnavailable
 from app.queue.catalog import QueueCatalog
+from app.queue.periodic import every
 from app.queue.sql import fetch
 
 _log = logging.getLogger(__name__)
@@ -48,13 +48,4 @@ async def vacuum_forever(
     catalog: QueueCatalog, interval: float, rounds: asyncio.Event | None = None
 ) -> None:
     """A round every `interval` seconds; `rounds` is set after each (for tests)."""
-    while True:
-        try:
-            await vacuum_if_needed(catalog)
-        except DatabaseUnavailable:
-            _log.warning("vacuum check skipped: database unavailable")
-        except Exception:
-            _log.exception("vacuum check failed")
-        if rounds is not None:
-            rounds.set()
-        await asyncio.sleep(interval)
+    await every(interval, lambda: vacuum_if_needed(catalog), what="vacuum check", rounds=rounds)
