@@ -87,7 +87,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
             after = _grouping(service.port)
             rest_row = rest.as_dict()
             # Requests per statement (group commit); /metrics is one worker's only.
-            rest_row["requests_per_statement"] = None if service_workers(service) > 1 else {
+            rest_row["requests_per_statement"] = None if service.workers > 1 else {
                 op: (after[op][0] - grouped[op][0]) / max(after[op][1] - grouped[op][1], 1)
                 for op in ("send", "claim", "delete")
             }
@@ -113,10 +113,6 @@ def _grouping(port: int) -> dict[str, tuple[int, int]]:
                 op = line.split('"')[1]
                 found.setdefault(op, [0, 0])[index] = int(line.split()[-1])
     return {op: (values[0], values[1]) for op, values in found.items()}
-
-
-def service_workers(service: Service) -> int:
-    return max(1, len(service.processes()) - 2)  # less uvicorn's supervisor and its helper
 
 
 def _service_cpu(service: Service) -> Any:
@@ -218,7 +214,7 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
             "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded",
             "seconds": seconds,
             "processes": processes,
-            "workers": workers or 1,
+            "workers": service.workers,
         }
         _wait_settled(service)
         report["rss_idle_mb"] = service.rss_bytes() / 2**20

@@ -39,6 +39,7 @@ class Service:
     proc: subprocess.Popen[bytes]
     port: int
     data_dir: Path
+    workers: int = 1
 
     @property
     def process(self) -> psutil.Process:
@@ -91,7 +92,7 @@ def running_service(*, pool_size: int = 10, workers: int | None = None) -> Itera
          *([] if workers is None else ["--workers", str(workers)])],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
-    service = Service(proc, port, data_dir)
+    service = Service(proc, port, data_dir, workers or 1)
     if threading.current_thread() is threading.main_thread():
         # A benchmark stopped with SIGTERM still stops the service it started.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
