@@ -178,15 +178,23 @@ async def test_concurrent_short_polls_share_claims_and_never_share_a_message(
     assert len(set(tokens)) == 50
 
 
+async def _claimed(client: httpx.AsyncClient, count: int, lease: int) -> list[dict[str, Any]]:
+    """A queue "grouped" with `count` messages, all claimed (ten at a time)."""
+    await make_queue(client, "grouped")
+    for i in range(count):
+        await send(client, "grouped", str(i))
+    claimed: list[dict[str, Any]] = []
+    while len(claimed) < count:
+        batch = await receive(client, "grouped", max=10, visibility_timeout=lease)
+        assert batch, "a message sent was not claimable"
+        claimed += batch
+    return claimed
+
+
 async def test_grouped_acknowledgements_keep_each_handles_own_answer(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
-    await make_queue(client, "grouped")
-    for i in range(30):
-        await send(client, "grouped", str(i))
-    claimed = await receive(client, "grouped", max=10, visibility_timeout=60)
-    claimed += await receive(client, "grouped", max=10, visibility_timeout=60)
-    claimed += await receive(client, "grouped", max=10, visibility_timeout=60)
+    claimed = await _claimed(client, 30, lease=60)
     handles = [m["receipt_handle"] for m in claimed]
     # The same handle twice at once: one acknowledgement wins, the other is stale.
     twice = handles[0]
@@ -202,11 +210,7 @@ async def test_grouped_acknowledgements_keep_each_handles_own_answer(
 async def test_grouped_heartbeats_extend_each_lease_and_refuse_stale_handles(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
-    await make_queue(client, "grouped")
-    for i in range(20):
-        await send(client, "grouped", str(i))
-    claimed = await receive(client, "grouped", max=10, visibility_timeout=5)
-    claimed += await receive(client, "grouped", max=10, visibility_timeout=5)
+    claimed = await _claimed(client, 20, lease=5)
     stale = claimed[0]["receipt_handle"]
     deleted = await client.delete(f"/v1/queues/grouped/messages/{stale}")
     assert deleted.status_code == 204
