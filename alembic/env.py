@@ -2,10 +2,12 @@
 
 import asyncio
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from alembic import context
 from app.db.engine import create_engine, resolve_database_url
+from app.db.migrate import MIGRATION_LOCK
 
 
 def _run(connection: Connection) -> None:
@@ -18,8 +20,19 @@ async def _run_async(url: str) -> None:
     engine = create_engine(url, pool_size=1)
     try:
         async with engine.connect() as connection:
-            await connection.run_sync(_run)
+            # Session-level, and committed before the migrations start: each
+            # still runs in its own transaction, all of them under the lock.
+            lock = {"key": MIGRATION_LOCK}
+            await connection.execute(text("SELECT pg_advisory_lock(:key)"), lock)
             await connection.commit()
+            try:
+                await connection.run_sync(_run)
+                await connection.commit()
+            finally:
+                # A failed migration leaves its transaction aborted: end it first.
+                await connection.rollback()
+                await connection.execute(text("SELECT pg_advisory_unlock(:key)"), lock)
+                await connection.commit()
     finally:
         await engine.dispose()
 

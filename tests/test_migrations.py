@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from alembic.script import ScriptDirectory
 from conftest import with_database
+from processes import LEASEQ, service_env
+from support import eventually
 
 from alembic import command
 from app.db.engine import plain_url
-from app.db.migrate import alembic_config, upgrade
+from app.db.migrate import MIGRATION_LOCK, alembic_config, upgrade
 
 
 @pytest.fixture
@@ -28,7 +31,7 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-SCHEMA = {"alembic_version", "queues", "messages", "redrive_tasks"}
+SCHEMA = {"alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys"}
 
 
 async def _tables(url: str) -> set[str]:
@@ -64,3 +67,51 @@ async def test_the_messages_table_is_vacuumed_by_dead_tuples_not_by_its_size(
         await conn.close()
     assert "autovacuum_vacuum_threshold=2000" in options
     assert "autovacuum_vacuum_cost_delay=0" in options
+
+
+async def test_replicas_migrating_together_take_turns_on_the_advisory_lock(
+    empty_database: str,
+) -> None:
+    # The test holds the lock while three replicas start migrating: all three
+    # queue on it, then race for it the moment it is released.
+    holder = await asyncpg.connect(plain_url(empty_database))
+    replicas: list[asyncio.subprocess.Process] = []
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+        for _ in range(3):
+            replicas.append(await asyncio.create_subprocess_exec(
+                LEASEQ, "migrate", env=service_env(empty_database),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            ))
+
+        async def all_queued() -> bool:
+            exited = [r.returncode for r in replicas if r.returncode is not None]
+            assert not exited, "a replica finished without waiting for the lock"
+            waiting = await holder.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1",
+                MIGRATION_LOCK >> 32, MIGRATION_LOCK & 0xFFFF_FFFF,
+            )
+            return bool(waiting == len(replicas))
+
+        await eventually(all_queued, seconds=60)
+        assert await _tables(empty_database) == set()
+        await holder.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*(r.communicate() for r in replicas)), timeout=120
+        )
+    finally:
+        for replica in replicas:
+            if replica.returncode is None:
+                replica.kill()
+                await replica.wait()
+        await holder.close()
+    assert [r.returncode for r in replicas] == [0] * len(replicas), outputs
+    assert SCHEMA <= await _tables(empty_database)
+    head = ScriptDirectory.from_config(alembic_config(empty_database)).get_current_head()
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        assert await conn.fetch("SELECT version_num FROM alembic_version") == [(head,)]
+    finally:
+        await conn.close()

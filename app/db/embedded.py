@@ -11,8 +11,8 @@ PostgreSQL's own crash recovery (WAL replay) does the rest.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import logging
 import os
@@ -105,13 +105,19 @@ def _server_processes(pgdata: Path) -> list[psutil.Process]:
     return found
 
 
-def _socket_dir_for(pgdata: Path) -> Path:
-    # A Unix socket path is limited to ~107 bytes; deep data directories get a
-    # short private directory named after them instead.
-    if len(str(pgdata / f".s.PGSQL.{_PORT}.lock")) < 100:
-        return pgdata
-    digest = hashlib.sha256(str(pgdata).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"leaseq-{digest}"
+_SOCKET_DIR_PREFIX = "leaseq-pg-"
+# What the server and its tools inherit: the locale and time zone initdb reads,
+# and nothing else (no DATABASE_URL, LEASEQ_* or AWS_* secrets, which anyone
+# able to read the server's /proc/<pid>/environ could otherwise read).
+_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ")
+
+
+def _server_env(home: bool) -> dict[str, str]:
+    names = (*_ENV_NAMES, "HOME") if home else _ENV_NAMES
+    return {
+        key: value for key, value in os.environ.items()
+        if key in names or key.startswith("LC_")
+    }
 
 
 class EmbeddedPostgres:
@@ -123,7 +129,7 @@ class EmbeddedPostgres:
         self.database = database
         self._lock_file: IO[str] | None = None
         self._user = SYSTEM_USER if os.geteuid() == 0 else None
-        self._socket_dir = _socket_dir_for(self.pgdata)
+        self._socket_dir = self.pgdata  # until a server is started or found
 
     # -- public -------------------------------------------------------------
 
@@ -173,6 +179,7 @@ class EmbeddedPostgres:
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
                     _log.warning("pg_ctl stop failed; killing postmaster %s", info.pid)
                     self._kill_tree(info.pid)
+                self._remove_socket_dir(info.socket_dir)
         finally:
             self._release_lock()
 
@@ -180,6 +187,18 @@ class EmbeddedPostgres:
         return (
             f"postgresql://postgres@/{database or self.database}"
             f"?host={self._socket_dir}&port={_PORT}"
+        )
+
+    def running_dsn(self) -> str | None:
+        """A DSN for the server already running in the data directory (another
+        leaseq process owns it: a command such as `leaseq keys` borrows it)."""
+        info = _read_pid_file(self.pgdata)
+        if info is None or info.status != "ready" or not _is_live_postmaster(
+            info.pid, self.pgdata
+        ):
+            return None
+        return (
+            f"postgresql://postgres@/{self.database}?host={info.socket_dir}&port={info.port}"
         )
 
     def postmaster_pid(self) -> int | None:
@@ -226,9 +245,6 @@ class EmbeddedPostgres:
                     parent.chmod(mode | stat.S_IXOTH)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
-        if self._socket_dir != self.pgdata:
-            self._socket_dir.mkdir(mode=0o700, exist_ok=True)
-            os.chown(self._socket_dir, entry.pw_uid, entry.pw_gid)
 
     def _initdb(self) -> None:
         if self.pgdata.exists() and any(self.pgdata.iterdir()):
@@ -264,9 +280,26 @@ class EmbeddedPostgres:
                 )
             time.sleep(0.1)
 
+    def _new_socket_dir(self) -> Path:
+        # A Unix socket path is limited to ~107 bytes; deep data directories get
+        # a private directory instead: mkdtemp's, 0700 and of a name no other
+        # user can take first (as they could a predictable one in /tmp).
+        if len(str(self.pgdata / f".s.PGSQL.{_PORT}.lock")) < 100:
+            return self.pgdata
+        path = Path(tempfile.mkdtemp(prefix=_SOCKET_DIR_PREFIX))
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        return path
+
+    def _remove_socket_dir(self, path: Path) -> None:
+        # Only a directory made by _new_socket_dir, and only once it is empty.
+        if path != self.pgdata and path.name.startswith(_SOCKET_DIR_PREFIX):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
     def _try_start(self) -> bool:
-        if self._socket_dir != self.pgdata:
-            self._socket_dir.mkdir(mode=0o700, exist_ok=True)
+        self._socket_dir = self._new_socket_dir()
         # autovacuum_naptime: how often a queue table's dead tuples can be
         # reclaimed at all (see alembic/versions/0004_vacuum.py); 60 s by default.
         options = (f"-c listen_addresses='' -k {self._socket_dir} -p {_PORT} "
@@ -279,6 +312,7 @@ class EmbeddedPostgres:
             # Typically a stale shared-memory segment of a killed server whose
             # last backend has not exited yet; the caller retries.
             _log.info("pg_ctl start failed; retrying")
+            self._remove_socket_dir(self._socket_dir)
             return False
         return True
 
@@ -313,6 +347,7 @@ class EmbeddedPostgres:
             group=self._user,
             extra_groups=[] if self._user else None,
             cwd="/",
+            env=_server_env(home=self._user is None),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             # pg_ctl's daemonised postmaster inherits stderr; a pipe would keep

@@ -8,6 +8,11 @@ from alembic.config import Config
 
 from alembic import command
 
+MIGRATION_LOCK = 0x6C65_6173_6571_0001
+"""pg_advisory_lock key (bigint) that alembic/env.py holds while it migrates:
+"leaseq" in ASCII, then 1. Replicas starting together on a fresh database
+queue on it: the first migrates, the others then find the schema at head."""
+
 
 def _script_location() -> Path:
     package = Path(__file__).resolve().parent.parent
