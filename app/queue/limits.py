@@ -31,6 +31,12 @@ MAX_TAGS = 50  # per queue, as SQS
 TAG_KEY_CHARS = 128
 TAG_VALUE_CHARS = 256
 ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+# The characters SQS accepts in text (XML 1.0's Char): no NUL or other C0
+# control but tab, newline and return, no lone surrogate. PostgreSQL's text and
+# jsonb refuse NUL and lone surrogates as well.
+NOT_TEXT_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# Entries of one REST batch: the top of LEASEQ_MAX_BATCH's range (app/config.py).
+MAX_BATCH = 1_000
 
 
 def is_queue_name(name: str) -> bool:

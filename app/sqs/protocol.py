@@ -53,6 +53,23 @@ _XML_MAPS = {
     "MessageAttributes": ("MessageAttribute", "Name", "Value"),
     "Tags": ("Tag", "Key", "Value"),
 }
+# Bounds on a Query request, so that a hostile one is refused before it costs
+# anything. Fields: a SendMessageBatch of 10 entries with 10 message attributes
+# each is some 350 fields. Names: the longest SQS builds, such as
+# SendMessageBatchRequestEntry.10.MessageAttribute.10.Value.StringListValue.1,
+# are under 100 characters and 7 dotted parts; the parts also bound the
+# recursion of _convert. Indexes: SQS numbers list members from 1, and no SQS
+# list holds more than 50 (a queue's tags); int() of a long digit string is slow
+# and refused past 4,300 digits.
+_MAX_FIELDS = 2_000
+_MAX_NAME_CHARS = 256
+_MAX_NAME_PARTS = 16
+_MAX_INDEX = 1_000
+# JSON: SQS's shapes nest six levels at most (Entries, an entry, its
+# MessageAttributes, one of them, its StringListValues, a value). json.loads
+# alone lets some 900 through; refused here, no handler has to beware of one.
+_MAX_JSON_DEPTH = 16
+
 # Actions whose Query response has no <ActionResult> element.
 _NO_RESULT = {
     "ChangeMessageVisibility", "DeleteMessage", "DeleteQueue", "PurgeQueue",
@@ -69,7 +86,24 @@ def parse_json(body: bytes) -> dict[str, Any]:
         raise SqsError("InvalidParameterValue", "The request body is not valid JSON.") from exc
     if not isinstance(params, dict):
         raise SqsError("InvalidParameterValue", "The request body must be a JSON object.")
+    _check_depth(params)
     return params
+
+
+def _check_depth(params: dict[str, Any]) -> None:
+    # Level by level: no recursion, and scalars are looked at once.
+    level: list[Any] = [params]
+    for _ in range(_MAX_JSON_DEPTH):
+        nested: list[Any] = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            nested.extend(c for c in children if isinstance(c, dict | list))
+        if not nested:
+            return
+        level = nested
+    raise SqsError(
+        "InvalidParameterValue", f"The request body nests deeper than {_MAX_JSON_DEPTH} levels."
+    )
 
 
 def parse_form(pairs: list[tuple[str, str]]) -> tuple[str | None, dict[str, Any]]:
@@ -80,6 +114,8 @@ def parse_form(pairs: list[tuple[str, str]]) -> tuple[str | None, dict[str, Any]
         if key == "Action":
             action = value
             continue
+        if len(key) > _MAX_NAME_CHARS or key.count(".") >= _MAX_NAME_PARTS:
+            raise SqsError("InvalidParameterValue", f"Parameter name {key[:100]!r} is too long.")
         parts = [p for p in key.split(".") if p != "member"]
         if not all(parts):
             raise SqsError("InvalidParameterValue", f"Malformed parameter name {key[:100]!r}.")
@@ -97,13 +133,28 @@ def form_pairs(body: bytes, query_string: str) -> list[tuple[str, str]]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SqsError("InvalidParameterValue", "The request body is not UTF-8.") from exc
-    return parse_qsl(query_string, keep_blank_values=True) + parse_qsl(
-        text, keep_blank_values=True
-    )
+    try:
+        # parse_qsl counts the fields before it splits any.
+        pairs = parse_qsl(query_string, keep_blank_values=True, max_num_fields=_MAX_FIELDS)
+        return pairs + parse_qsl(
+            text, keep_blank_values=True, max_num_fields=_MAX_FIELDS - len(pairs)
+        )
+    except ValueError as exc:
+        raise SqsError(
+            "InvalidParameterValue", f"A request has at most {_MAX_FIELDS} parameters."
+        ) from exc
 
 
 def _index(part: str) -> str | int:
-    return int(part) if part.isdigit() else part
+    # ASCII only: str.isdigit() is true of digits, such as "²", that int() refuses.
+    if not (part.isascii() and part.isdigit()):
+        return part
+    if len(part) > len(str(_MAX_INDEX)) or not 1 <= int(part) <= _MAX_INDEX:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"List index {part[:20]} is invalid: members are numbered from 1 to {_MAX_INDEX}.",
+        )
+    return int(part)
 
 
 def _as_list(node: Any) -> list[Any]:
