@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.config import get_settings
+from app.config import Settings, get_settings
 
 
 def asyncpg_url(url: str) -> str:
@@ -39,14 +39,19 @@ SERVER_SETTINGS = {
 }
 
 
-def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    pool_size: int,
+    pool_timeout: float = Settings.model_fields["pool_wait_seconds"].default,
+) -> AsyncEngine:
     return create_async_engine(
         asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=0,
         pool_pre_ping=False,
-        # A connection that is checked out this long means the pool is starved;
-        # failing fast as 503 beats a request hanging on it.
-        pool_timeout=10,
+        # No connection free for this long means the pool is starved; failing
+        # fast as 503 beats a request hanging on it (app/queue/catalog.py).
+        pool_timeout=pool_timeout,
         connect_args={"server_settings": SERVER_SETTINGS},
     )

@@ -20,11 +20,13 @@ import asyncpg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.config import Settings
 from app.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
     LeaseLost,
     MessageTooLarge,
+    Overloaded,
     QueueError,
     QueueNotFound,
 )
@@ -47,6 +49,13 @@ from app.queue.waiting import Waiter, WaitHub, payload
 
 _DEAD_LETTER_ROUNDS = 10
 """Most claims one receive repeats while exhausted messages fill its batches."""
+
+PEEK_MAX_CHARS = 10 * 1024 * 1024
+"""Most body characters one peek may return (limit * body_chars): a page of
+operators' browsing, not a way to make the service build a gigabyte answer."""
+
+PEEK_BODY_CHARS = 1024
+"""Body characters a peek shows of each message unless it asks for more."""
 
 
 def message_size(message: OutgoingMessage) -> int:
@@ -84,9 +93,13 @@ class QueueService(QueueCatalog):
         signer: ReceiptSigner,
         *,
         queue_cache_seconds: float = 1.0,
+        pool_wait_seconds: float = Settings.model_fields["pool_wait_seconds"].default,
     ) -> None:
         super().__init__(engine, hub, queue_cache_seconds=queue_cache_seconds)
         self._signer = signer
+        self.pool_wait_seconds = pool_wait_seconds
+        """Longest a visibility change waits for its share of the pool (the
+        engine's pool timeout bounds every other wait for a connection)."""
         self.group = GroupCommit(
             lambda: self.transaction(autocommit=True),
             self._claim_rows,
@@ -258,6 +271,7 @@ class QueueService(QueueCatalog):
         if queue is not None:
             lease, deadline = _lease_and_deadline(queue, visibility_timeout, wait)
         waiter: Waiter | None = None
+        seat: int | None = None  # the queue id whose waiting seat this receive holds
         try:
             while True:
                 if gone is not None and gone.is_set():
@@ -278,12 +292,17 @@ class QueueService(QueueCatalog):
                     # A long poll on a queue known empty since the last look (no
                     # notification since): wait without asking the database. A
                     # notification still on its way wakes it like any waiter.
+                    seat = hub.take_seat(queue.id) if seat is None else seat
                     waiter = hub.park(queue.id)
                     ahead = _Outlook(due_in=quiet, more_now=False)
                 elif queue is not None and not (deadline > time.monotonic() and not hub.closed):
                     # A short poll of a known queue: one claim with whoever else polls now.
                     return await self.group.claim(queue, lease, max_messages)
                 else:
+                    if queue is not None and seat is None:
+                        # A long poll of a known queue: admitted or refused before
+                        # it takes a connection.
+                        seat = hub.take_seat(queue.id)
                     async with self.transaction(autocommit=True) as conn:
                         if queue is None:
                             queue = await self.lookup_queue(conn, name)
@@ -294,6 +313,7 @@ class QueueService(QueueCatalog):
                         if deadline > time.monotonic() and not hub.closed:
                             # In line before looking: a send committed after the
                             # look still reaches this receiver.
+                            seat = hub.take_seat(queue.id) if seat is None else seat
                             waiter = hub.park(queue.id)
                         if waiter is None:
                             return await self._claim_rows(conn, queue, max_messages, lease)
@@ -330,6 +350,8 @@ class QueueService(QueueCatalog):
         finally:
             if waiter is not None:
                 hub.leave(waiter, used=False)
+            if seat is not None:
+                hub.free_seat(seat)
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -344,7 +366,7 @@ class QueueService(QueueCatalog):
             for r, (_, timeout) in zip(receipts, entries, strict=True)
             if isinstance(r, Receipt)
         ]
-        changed = await self.group.change(queue.id, valid) if valid else {}
+        changed = await self._change_within_budget(queue.id, valid) if valid else {}
         results: list[Lease | EntryError] = []
         for receipt, (_, timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
@@ -356,12 +378,36 @@ class QueueService(QueueCatalog):
                 results.append(EntryError(LeaseLost()))
         return results
 
+    async def _change_within_budget(
+        self, queue_id: int, changes: list[Change]
+    ) -> dict[int, Any]:
+        """Visibility changes share a quarter of the pool (GroupCommit's budget).
+        A beat that has waited for it as long as any request may wait for a
+        connection is refused, so that its worker hears in time to try again
+        before the lease runs out, rather than learning nothing until after.
+        A change whose statement had already started may still land: like a
+        lost answer, harmless, as a beat sets the lease from now again."""
+        timer = asyncio.timeout(self.pool_wait_seconds)
+        try:
+            async with timer:
+                return await self.group.change(queue_id, changes)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            raise Overloaded(
+                "Visibility changes are using all the database connections they may "
+                "have; retry shortly.",
+            ) from None
+
     async def _give_back(self, queue: Queue, claimed: list[ReceivedMessage]) -> None:
         """Release what a grouped claim took for a receiver that stopped waiting."""
         receipts = [self._signer.decode(m.receipt_handle, queue_id=queue.id) for m in claimed]
-        await self.group.change(
-            queue.id, [Change(r.message_row, r.claim_token, 0) for r in receipts]
-        )
+        # Runs in the queue's claim line: bounded, so that heartbeats holding the
+        # budget cannot stall the queue's claims. Given up, the lease runs out.
+        async with asyncio.timeout(self.pool_wait_seconds):
+            await self.group.change(
+                queue.id, [Change(r.message_row, r.claim_token, 0) for r in receipts]
+            )
 
     async def release(self, name: str, handle: str, delay: int | None = None) -> Released:
         """Give a message back after a failure: visible again after `delay`
@@ -442,12 +488,18 @@ class QueueService(QueueCatalog):
         state: str | None = None,
         limit: int = 100,
         after: str | None = None,
-        body_chars: int = 1_048_576,
+        body_chars: int = PEEK_BODY_CHARS,
     ) -> list[PeekedMessage]:
         """Messages of a queue as an operator sees them, without claiming any."""
         if state not in (None, "visible", "in_flight", "delayed"):
             raise InvalidParameter("state must be visible, in_flight or delayed")
         check_range("limit", limit, (1, 1000))
+        if limit * body_chars > PEEK_MAX_CHARS:
+            raise InvalidParameter(
+                f"limit * body_chars must be at most {PEEK_MAX_CHARS} characters, got "
+                f"{limit} * {body_chars} = {limit * body_chars}: ask for fewer messages "
+                f"per page or shorter bodies."
+            )
         try:
             after_id = 0 if not after else int(after)
         except ValueError:

@@ -17,6 +17,10 @@ gone, time up) hands its wake-up to the next in line, so none is lost.
 One LISTEN connection per process feeds the line. While it is down, one
 receiver per queue re-checks each second; when it is back, every receiver
 re-checks once, so a notification lost in between costs at most one round.
+
+Every long poll costs memory and a socket while it lasts, so a process seats
+at most `max_waiters` of them, and at most `max_waiters_per_queue` on one
+queue; one more is refused (Overloaded) before it does any work.
 """
 
 from __future__ import annotations
@@ -30,12 +34,17 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from app.config import Settings
 from app.db.engine import plain_url
+from app.errors import Overloaded
 
 _log = logging.getLogger(__name__)
 
 CHANNEL = "leaseq"
 DEGRADED_RECHECK_SECONDS = 1.0
+REFUSED_RETRY_SECONDS = 1
+"""Retry-After of a refused long poll: seats free whenever a poll gets a message
+or its wait ends, and a refusal costs the service next to nothing."""
 
 
 def payload(queue_id: int, ready: int, due_in: float | None = None) -> str:
@@ -71,8 +80,17 @@ class _Line:
 class WaitHub:
     """The waiting receivers of this process, per queue."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_waiters: int = Settings.model_fields["max_waiters"].default,
+        max_waiters_per_queue: int = Settings.model_fields["max_waiters_per_queue"].default,
+    ) -> None:
         self._lines: dict[int, _Line] = {}
+        self.max_waiters = max_waiters
+        self.max_waiters_per_queue = max_waiters_per_queue
+        self._seats: dict[int, int] = {}
+        self._seated = 0
         self._listening = False
         self._degraded_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -84,8 +102,43 @@ class WaitHub:
         self._quiet: dict[int, tuple[int, float]] = {}
         self.on_queue_changed: Callable[[int | None], None] = lambda _queue_id: None
         """Called with a queue id whose attributes changed (None: perhaps any)."""
+        self.on_notice: Callable[[str], None] = lambda _text: None
+        """Called with every notification that is not about a queue (`keys:changed`)."""
 
     # -- receivers ------------------------------------------------------------
+
+    def take_seat(self, queue_id: int) -> int:
+        """Admit one long poll on `queue_id` for the whole of its wait, or refuse
+        it with Overloaded. Taken once, before the first park: a seat, unlike a
+        place in line, is kept while the receiver looks between waits, so a
+        poll already admitted is never refused halfway. Returns `queue_id`, to
+        give back with free_seat."""
+        if self._seated >= self.max_waiters:
+            raise Overloaded(
+                f"This service process already has {self.max_waiters} long polls waiting; "
+                f"retry later, or receive without waiting.",
+                retry_after=REFUSED_RETRY_SECONDS,
+            )
+        on_queue = self._seats.get(queue_id, 0)
+        if on_queue >= self.max_waiters_per_queue:
+            raise Overloaded(
+                f"This queue already has {self.max_waiters_per_queue} long polls waiting "
+                f"in this service process; retry later, or receive without waiting.",
+                retry_after=REFUSED_RETRY_SECONDS,
+            )
+        self._seats[queue_id] = on_queue + 1
+        self._seated += 1
+        return queue_id
+
+    def free_seat(self, queue_id: int) -> None:
+        left = self._seats.pop(queue_id, 0) - 1
+        if left > 0:
+            self._seats[queue_id] = left
+        self._seated -= 1
+
+    def seated(self, queue_id: int | None = None) -> int:
+        """Long polls admitted right now, on `queue_id` or on any queue."""
+        return self._seated if queue_id is None else self._seats.get(queue_id, 0)
 
     def park(self, queue_id: int) -> Waiter:
         """Join the line. Do it *before* looking for messages: a send that
@@ -212,6 +265,9 @@ class WaitHub:
             del self._lines[queue_id]
 
     def on_notification(self, text: str) -> None:
+        if not text[:1].isdigit():
+            self.on_notice(text)
+            return
         if text.endswith(":changed"):
             try:
                 changed = int(text.split(":")[0])
@@ -247,6 +303,7 @@ class WaitHub:
         self._listening = listening
         self._quiet.clear()
         self.on_queue_changed(None)
+        self.on_notice("*:changed")
         if listening:
             if self._degraded_task is not None:
                 self._degraded_task.cancel()

@@ -36,8 +36,10 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 @router.post(
     "/messages",
     status_code=status.HTTP_201_CREATED,
+    operation_id="send_message",
     responses={200: {"model": BatchResults, "description": "Batch: one result per entry"},
-               **responses(404, 413, 422, 503)},
+               **responses("queue_not_found", "message_too_large", "validation_error",
+                           "database_unavailable")},
 )
 async def send(
     queue: str,
@@ -75,7 +77,9 @@ async def send(
     )
 
 
-@router.get("/receive", responses=responses(404, 422, 503))
+@router.get("/receive", operation_id="receive_messages",
+            responses=responses("queue_not_found", "validation_error",
+                                "database_unavailable", "overloaded"))
 async def receive(
     queue: str,
     request: Request,
@@ -104,7 +108,9 @@ def _lease_or_raise(result: Lease | EntryError) -> LeaseOut:
     return LeaseOut(lease_seconds=result.lease_seconds, lease_expires_at=result.lease_expires_at)
 
 
-@router.patch("/messages/{receipt_handle}/visibility", responses=responses(400, 404, 409, 422, 503))
+@router.patch("/messages/{receipt_handle}/visibility",
+              responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
+                                  "validation_error", "database_unavailable", "overloaded"))
 async def change_visibility(
     queue: str, receipt_handle: str, body: VisibilityIn, request: Request
 ) -> LeaseOut:
@@ -115,7 +121,9 @@ async def change_visibility(
     return _lease_or_raise(result)
 
 
-@router.post("/messages/visibility", responses=responses(404, 422, 503))
+@router.post("/messages/visibility",
+             responses=responses("queue_not_found", "validation_error",
+                                 "database_unavailable", "overloaded"))
 async def change_visibility_batch(
     queue: str, body: VisibilityBatchIn, request: Request
 ) -> BatchResults:
@@ -139,7 +147,9 @@ async def change_visibility_batch(
 @router.delete(
     "/messages/{receipt_handle}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=responses(400, 404, 409, 503),
+    operation_id="delete_message",
+    responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
+                        "database_unavailable"),
 )
 async def delete(queue: str, receipt_handle: str, request: Request) -> None:
     """Acknowledge: deletes the message only while this handle's claim holds it."""
@@ -149,7 +159,9 @@ async def delete(queue: str, receipt_handle: str, request: Request) -> None:
         raise result.error
 
 
-@router.post("/messages/delete", responses=responses(404, 422, 503))
+@router.post("/messages/delete", operation_id="delete_message_batch",
+             responses=responses("queue_not_found", "validation_error",
+                                 "database_unavailable"))
 async def delete_batch(
     queue: str, body: DeleteBatchIn, request: Request
 ) -> BatchResults:
@@ -163,7 +175,9 @@ async def delete_batch(
     )
 
 
-@router.post("/messages/{receipt_handle}/release", responses=responses(400, 404, 409, 422, 503))
+@router.post("/messages/{receipt_handle}/release", operation_id="release_message",
+             responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
+                                 "validation_error", "database_unavailable"))
 async def release(
     queue: str, receipt_handle: str, request: Request, body: ReleaseIn | None = None
 ) -> ReleasedOut:
@@ -175,7 +189,9 @@ async def release(
     return ReleasedOut(delay_seconds=released.delay_seconds, visible_at=released.visible_at)
 
 
-@router.get("/messages", responses=responses(404, 422, 503))
+@router.get("/messages", operation_id="peek_messages",
+            responses=responses("queue_not_found", "validation_error",
+                                "database_unavailable"))
 async def peek(
     queue: str,
     service: ServiceDep,
@@ -183,8 +199,11 @@ async def peek(
     limit: int = Query(100, ge=1, le=1000),
     after: str | None = Query(None, max_length=20, pattern=r"^[0-9]+$",
                               description="`next_after` of the previous page."),
-    body_chars: int = Query(1_048_576, ge=0, le=1_048_576,
-                            description="Bodies are cut to this many characters."),
+    # The engine refuses limit * body_chars over 10 MiB (PEEK_MAX_CHARS in
+    # app/queue/service.py) with 422; the default page stays far below that.
+    body_chars: int = Query(1024, ge=0, le=1_048_576,
+                            description="Bodies are cut to this many characters; "
+                            "`limit` * `body_chars` is at most 10485760."),
 ) -> PeekOut:
     """List messages without claiming them (for operators): by state, paged."""
     found = await service.peek(
@@ -196,8 +215,9 @@ async def peek(
     )
 
 
-@router.put("/messages/{receipt_handle}/checkpoint",
-            responses=responses(400, 404, 409, 422, 503))
+@router.put("/messages/{receipt_handle}/checkpoint", operation_id="checkpoint_message",
+            responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
+                                "validation_error", "database_unavailable"))
 async def checkpoint(
     queue: str, receipt_handle: str, body: CheckpointIn, request: Request
 ) -> LeaseOut:
