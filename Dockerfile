@@ -1,8 +1,13 @@
 # leaseq: the HTTP service, run against an external PostgreSQL (DATABASE_URL).
 #
 #   docker build -t leaseq .
-#   docker run -p 8000:8000 -e DATABASE_URL=postgresql://user:pass@host:5432/db \
-#              -e LEASEQ_SECRET=<at least 16 characters> leaseq
+#   docker run -p 127.0.0.1:8000:8000 -e DATABASE_URL=postgresql://user:pass@host:5432/db \
+#              -e LEASEQ_SECRET=<at least 16 characters> \
+#              -e LEASEQ_ADMIN_KEY=<key id>.<secret> leaseq
+#
+# It listens on 0.0.0.0, so `leaseq serve` refuses to start without an API key
+# (LEASEQ_ADMIN_KEY or LEASEQ_ADMIN_KEY_FILE bootstraps one) and without
+# LEASEQ_SECRET; see docs/security.md.
 #
 # `leaseq serve` applies the Alembic migrations (`alembic upgrade head`) before
 # it starts serving; `docker run ... leaseq migrate` applies them alone.
@@ -22,8 +27,8 @@ COPY alembic /tmp/src/alembic
 RUN pip install /tmp/src \
     && rm -rf /tmp/src
 
-# An unprivileged user. Its data directory holds the generated receipt secret
-# when LEASEQ_SECRET is unset, and the embedded PostgreSQL when DATABASE_URL is.
+# An unprivileged user. Its data directory holds the embedded PostgreSQL (and
+# the master secret generated beside it) when DATABASE_URL is unset.
 RUN groupadd --system --gid 10001 leaseq \
     && useradd --system --uid 10001 --gid leaseq --home-dir /var/lib/leaseq \
         --create-home --shell /usr/sbin/nologin leaseq

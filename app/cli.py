@@ -21,6 +21,7 @@ from app import __version__
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.db.embedded import EmbeddedPostgres
     from app.worker import Backoff
 
 
@@ -41,10 +42,48 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (LEASEQ_PORT, default 8000)")
     serve.add_argument("--data-dir", type=Path, help="data directory (LEASEQ_DATA_DIR)")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    serve.add_argument(
+        "--insecure", action="store_true",
+        help="listen on a non-loopback address with no API key (anyone who reaches the "
+        "port may do anything), and let a missing LEASEQ_SECRET be generated",
+    )
 
     commands.add_parser("migrate", help="apply the database migrations to DATABASE_URL")
     _worker_parser(commands)
+    _keys_parser(commands)
     return parser
+
+
+def _keys_parser(commands: Any) -> None:
+    keys = commands.add_parser(
+        "keys",
+        help="manage API keys and receipt keys (see docs/security.md)",
+        description="API keys for both doors (REST bearer tokens and SQS SigV4 access keys), "
+        "and the keys that sign receipt handles. Works on DATABASE_URL, else on the embedded "
+        "PostgreSQL of the data directory (running or not).",
+    )
+    keys.add_argument("--data-dir", type=Path, help="data directory (LEASEQ_DATA_DIR)")
+    actions = keys.add_subparsers(dest="keys_command", required=True)
+    create = actions.add_parser("create", help="create a key and print its secret, once")
+    create.add_argument("--name", required=True, help="what the key is for")
+    create.add_argument(
+        "--scope", action="append", required=True, metavar="ACTION:PATTERN",
+        help="send, receive, read or admin, on queues matching PATTERN (* matches any "
+        "characters): send:orders-*. Repeat for more; admin:* manages keys too",
+    )
+    create.add_argument("--expires", help="lifetime: 90d, 12h, 30m or seconds (never)")
+    create.add_argument("--rate", type=float, help="requests a second, per service process")
+    actions.add_parser("list", help="list keys (never their secrets)")
+    revoke = actions.add_parser("revoke", help="revoke a key: refused everywhere within 1 s")
+    revoke.add_argument("key_id")
+    actions.add_parser(
+        "rotate-receipts", help="add a receipt key; it signs new handles in 10 s"
+    )
+    retire = actions.add_parser(
+        "retire-receipts", help="retire a receipt key: handles it signed stop working"
+    )
+    retire.add_argument("key_id", type=int)
+    actions.add_parser("list-receipts", help="list the receipt keys")
 
 
 def _worker_parser(commands: Any) -> None:
@@ -61,6 +100,9 @@ def _worker_parser(commands: Any) -> None:
     worker.add_argument("--concurrency", type=int, default=1, help="handlers at once (1)")
     worker.add_argument(
         "--url", help="the service (LEASEQ_URL, default http://127.0.0.1:8000)"
+    )
+    worker.add_argument(
+        "--api-key", help="<key id>.<secret> when the service requires keys (LEASEQ_API_KEY)"
     )
     worker.add_argument(
         "--lease", type=int, help="seconds per lease and per extension (the queue's timeout)"
@@ -113,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command == "worker":
         return _worker(args)
+    if args.command == "keys":
+        return _keys(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
         args = _parser().parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
     from app.errors import EmbeddedPostgresError
@@ -172,9 +216,16 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["DATABASE_URL"] = embedded.start()
             settings = Settings()
         assert settings.database_url is not None
-        # Make sure the receipt secret exists before worker processes race for it.
-        settings.receipt_secret()
         upgrade(settings.database_url)
+        refusal = _unsafe_to_serve(settings, insecure=args.insecure, embedded=embedded)
+        if refusal:
+            print(f"leaseq serve: {refusal}", file=sys.stderr)
+            return 2
+        # Make sure the master secret exists before worker processes race for it.
+        if settings.secret is None:
+            log.warning("LEASEQ_SECRET is unset: using the secret kept in %s",
+                        settings.data_dir)
+        settings.receipt_secret()
         _run_uvicorn(settings, workers=args.workers)
     except KeyboardInterrupt:
         pass
@@ -185,17 +236,108 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unsafe_to_serve(
+    settings: Settings, *, insecure: bool, embedded: EmbeddedPostgres | None
+) -> str | None:
+    """Why serving as configured would be unsafe (Redis's protected mode), or None."""
+    import asyncio
+
+    if settings.is_loopback() or insecure:
+        return None
+    assert settings.database_url is not None
+    if settings.secret is None and not (settings.data_dir / "receipt-secret").exists():
+        if embedded is None:
+            return (
+                f"refusing to listen on {settings.host} without LEASEQ_SECRET: each replica "
+                "would invent its own, and SQS clients' keys would work on one of them only. "
+                "Set LEASEQ_SECRET (at least 16 characters) on every replica."
+            )
+    if (
+        settings.sqs_credentials is None
+        and settings.bootstrap_admin_key() is None
+        and not asyncio.run(_any_key_stored(settings.database_url))
+    ):
+        return (
+            f"refusing to listen on {settings.host} with no API key: anyone who reaches the "
+            "port could read, send and delete every message.\n"
+            "  Create a key:  leaseq keys create --name admin --scope 'admin:*'\n"
+            "  or give one:   LEASEQ_ADMIN_KEY=<key id>.<secret> (or LEASEQ_ADMIN_KEY_FILE)\n"
+            "  or serve open: leaseq serve --insecure (only on a network you trust)"
+        )
+    return None
+
+
+async def _any_key_stored(database_url: str) -> bool:
+    import asyncpg
+
+    from app.db.engine import plain_url
+
+    conn = await asyncpg.connect(plain_url(database_url))
+    try:
+        found: bool = await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL"
+            " AND (expires_at IS NULL OR expires_at > now()))"
+        )
+        return found
+    finally:
+        await conn.close()
+
+
+def _keys(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from app.auth import admin
+    from app.db.embedded import EmbeddedPostgres
+    from app.db.migrate import upgrade
+    from app.errors import LeaseqError
+
+    settings = _settings(data_dir=args.data_dir)
+    embedded: EmbeddedPostgres | None = None
+    url = settings.database_url
+    try:
+        if url is None:
+            server = EmbeddedPostgres(settings.data_dir)
+            url = server.running_dsn()  # a `leaseq serve` owns it: borrow its server
+            if url is None:
+                embedded = server
+                url = embedded.start()
+        upgrade(url)
+        return asyncio.run(admin.run(
+            args.keys_command, args, database_url=url, master=settings.receipt_secret(),
+            out=sys.stdout,
+        ))
+    except (ValueError, LeaseqError) as exc:
+        print(f"leaseq keys: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
 def _run_uvicorn(settings: Settings, *, workers: int) -> None:
     import uvicorn
 
     from app.main import create_app
 
+    # uvicorn counts open connections (idle keep-alive ones too) and requests
+    # against this, per process, and past it answers a plain-text 503. Above the
+    # waiter cap, a long poll too many meets leaseq's own 503 overloaded (with
+    # Retry-After) first; the rest is room for short requests and idle connections.
+    limit_concurrency = settings.limit_concurrency or settings.max_waiters + 1000
+    if limit_concurrency <= settings.max_waiters:
+        logging.getLogger("leaseq").warning(
+            "LEASEQ_LIMIT_CONCURRENCY (%d) is not above LEASEQ_MAX_WAITERS (%d): "
+            "long polls will be refused by uvicorn's plain 503 rather than leaseq's",
+            limit_concurrency, settings.max_waiters,
+        )
     common: dict[str, object] = {
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level.lower(),
         # Long polls are woken at shutdown; this bounds anything else.
         "timeout_graceful_shutdown": 5,
+        "limit_concurrency": limit_concurrency,
+        "timeout_keep_alive": settings.keep_alive_seconds,
     }
     if workers > 1:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]
@@ -279,6 +421,7 @@ def _worker(args: argparse.Namespace) -> int:
             wait=args.wait,
             grace=args.grace,
             backoff=worker_backoff(args),
+            api_key=args.api_key,
         )
     except ValueError as exc:
         print(f"leaseq worker: {exc}", file=sys.stderr)

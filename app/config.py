@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from functools import lru_cache
@@ -10,6 +11,17 @@ from pathlib import Path
 import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MAX_MESSAGE_BYTES = 1_048_576  # the largest max_message_bytes (app/queue/limits.py)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def default_data_dir() -> Path:
@@ -38,6 +50,14 @@ class Settings(BaseSettings):
         "Set the same value on every host that serves one database.",
     )
     pool_size: int = Field(default=10, ge=1, le=200, description="Database connections.")
+    pool_wait_seconds: float = Field(
+        # A worker beats every third of its lease: with a 30 s lease a beat refused
+        # after 5 s still leaves it 15 s for two more tries, and a request that found
+        # no connection in 5 s is better answered 503 than left holding its socket.
+        default=5.0, gt=0, le=60,
+        description="Longest a request waits for a database connection (visibility "
+        "changes: for their quarter of the pool) before answering 503.",
+    )
     retention_sweep_seconds: float = Field(
         default=60.0, gt=0, description="How often expired messages are deleted."
     )
@@ -56,10 +76,37 @@ class Settings(BaseSettings):
         "runner's task is taken over after this.",
     )
     max_batch: int = Field(
-        default=100, ge=1, le=1000, description="Most entries in one batch request."
+        default=10, ge=1, le=1000,
+        description="Most entries in one REST batch request (SQS's 10 by default).",
     )
-    max_request_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1024, description="Largest accepted request body."
+    max_request_bytes: int | None = Field(
+        default=None, ge=1024,
+        description="Largest accepted request body, refused while it is read. Default: "
+        "derived from the queue limits, room for a full batch of 1 MiB messages.",
+    )
+    # A parked long poll costs about 30 KB (2,000 of them added 60 MB of RSS, see
+    # docs/performance.md) and a socket. 5,000 keeps a full process near 250 MB,
+    # inside the 300 MB budget, and well below the file descriptors a service is
+    # usually given; 1,000 per queue lets one queue's clients take a fifth of that.
+    max_waiters: int = Field(
+        default=5000, ge=1,
+        description="Most long polls one process keeps waiting at once; more are "
+        "refused with 503 overloaded (a receive with wait=0 never is).",
+    )
+    max_waiters_per_queue: int = Field(
+        default=1000, ge=1,
+        description="Most long polls one process keeps waiting on one queue at once.",
+    )
+    limit_concurrency: int | None = Field(
+        default=None, ge=1,
+        description="Connections and requests uvicorn takes at once before it answers "
+        "503 itself (plain text); unset: max_waiters + 1000, so that long polls meet "
+        "leaseq's own 503 overloaded first.",
+    )
+    keep_alive_seconds: int = Field(
+        default=5, ge=1, le=3600,
+        description="How long an idle HTTP connection is kept open (uvicorn's "
+        "default); behind a load balancer, set it above the balancer's idle timeout.",
     )
     log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
     telemetry: bool = Field(
@@ -82,6 +129,38 @@ class Settings(BaseSettings):
         "SQS requests must carry a valid AWS Signature Version 4 made with one of them.",
     )
 
+    allowed_hosts: str | None = Field(
+        default=None,
+        description="Comma-separated host names the service answers to (the Host header), "
+        "against DNS rebinding; `*` for any. Default: the loopback names when bound to a "
+        "loopback address, any otherwise.",
+    )
+    cors_origins: str = Field(
+        default="",
+        description="Comma-separated web origins whose pages may call the API (CORS). "
+        "Empty: no page of another origin may.",
+    )
+    open_metrics: bool = Field(
+        default=False, description="Serve /metrics without an API key even when keys exist."
+    )
+    open_docs: bool = Field(
+        default=False,
+        description="Serve /docs and /openapi.json without an API key even when keys exist.",
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="`<key id>.<secret>`: an admin:* key created on start if its id is not "
+        "stored yet (bootstrapping a container).",
+    )
+    admin_key_file: Path | None = Field(
+        default=None, description="A file holding LEASEQ_ADMIN_KEY (a mounted secret)."
+    )
+    key_rate: float = Field(
+        default=0.0, ge=0,
+        description="Requests a second each API key may make per process, unless the key "
+        "sets its own (bursts of twice that); 0: unlimited.",
+    )
+
     @field_validator("sqs_credentials")
     @classmethod
     def _credential_pairs(cls, value: SecretStr | None) -> SecretStr | None:
@@ -101,6 +180,35 @@ class Settings(BaseSettings):
             raise ValueError("DATABASE_URL must be a postgresql:// URL")
         return value
 
+    def request_limit(self) -> int:
+        """The largest request body: a full batch of the largest messages, plus
+        room for their JSON (names, attributes, escaping)."""
+        if self.max_request_bytes is not None:
+            return self.max_request_bytes
+        return self.max_batch * MAX_MESSAGE_BYTES + 64 * 1024
+
+    def is_loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def host_allow_list(self) -> list[str] | None:
+        """The Host names to answer to; None: any."""
+        if self.allowed_hosts is not None:
+            names = [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
+            return None if "*" in names else names
+        if self.is_loopback():
+            return ["localhost", "127.0.0.1", "[::1]"]
+        return None
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    def bootstrap_admin_key(self) -> str | None:
+        if self.admin_key is not None:
+            return self.admin_key.get_secret_value().strip()
+        if self.admin_key_file is not None:
+            return self.admin_key_file.read_text().strip()
+        return None
+
     def receipt_secret(self) -> bytes:
         """The configured secret, or one generated once and kept in data_dir."""
         if self.secret is not None:
@@ -115,9 +223,11 @@ class Settings(BaseSettings):
         # Written aside, then linked into place: the link fails if another
         # process got there first, and then both use that process's secret.
         tmp = self.data_dir / f".receipt-secret.{secrets.token_hex(4)}"
-        tmp.write_bytes(value)
-        tmp.chmod(0o600)
+        # Created 0600 before a byte is in it: no moment where others may read it.
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
+            with open(fd, "wb") as file:
+                file.write(value)
             os.link(tmp, path)
         except FileExistsError:
             value = path.read_bytes().strip()

@@ -13,7 +13,15 @@
      │    ├── QueueInUse             named as another queue's dead-letter queue
      │    ├── TaskNotFound           no such redrive task
      │    └── RedriveInProgress      a dead-letter queue already being redriven
+     ├── AccessError                 the caller may not make this request
+     │    ├── Unauthenticated        no valid API key where one is required
+     │    ├── Forbidden              the key's scopes (or the page's origin) do not allow it
+     │    ├── RateLimited            the key's request rate is spent for now
+     │    ├── HostNotAllowed         a Host header this service does not answer to
+     │    └── UnsupportedMediaType   a REST body that is not JSON
+     ├── KeyNotFound                 no such (unrevoked) API key
      ├── DatabaseUnavailable         PostgreSQL cannot be reached right now
+     ├── Overloaded                  the service is at a limit; retry later
      └── EmbeddedPostgresError       the embedded server could not be run
 
 The engine raises these and knows nothing of HTTP; each front door (REST,
@@ -79,8 +87,49 @@ class RedriveInProgress(QueueError):
     """A redrive of this dead-letter queue is already running."""
 
 
+class AccessError(LeaseqError):
+    """The request is not allowed."""
+
+
+class Unauthenticated(AccessError):
+    """A valid API key is required."""
+
+
+class Forbidden(AccessError):
+    """The API key's scopes do not allow this request."""
+
+
+class RateLimited(AccessError):
+    """The API key's request rate is spent; retry later."""
+
+    def __init__(self, retry_after: float, detail: str | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class HostNotAllowed(AccessError):
+    """The Host header names a host this service does not answer to."""
+
+
+class UnsupportedMediaType(AccessError):
+    """The request body must be application/json."""
+
+
+class KeyNotFound(LeaseqError):
+    """No unrevoked API key has this id."""
+
+
 class DatabaseUnavailable(LeaseqError):
     """The database is unavailable."""
+
+
+class Overloaded(LeaseqError):
+    """The service is at a limit; retry later."""
+
+    def __init__(self, detail: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+        """Whole seconds after which a retry may succeed (HTTP's Retry-After)."""
 
 
 class EmbeddedPostgresError(LeaseqError):

@@ -5,25 +5,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import problems
-from app.api.routes import health, messages, queues, redrive
+from app.api.routes import health, keys, messages, queues, redrive
+from app.auth.guard import Guard, RateLimiter
+from app.auth.receipt_keys import ReceiptKeyring
+from app.auth.store import KeyStore
+from app.auth.tokens import split_bearer
 from app.config import Settings, get_settings
 from app.db.engine import create_engine
-from app.queue.receipts import ReceiptSigner
+from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
 from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
+from app.sqs.sigv4 import parse_credentials
+
+_log = logging.getLogger(__name__)
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -101,13 +111,44 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     database_url = settings.database_url
     if database_url is None:
         raise RuntimeError("create_app needs DATABASE_URL; `leaseq serve` provides one")
+    credentials = (
+        None if settings.sqs_credentials is None
+        else parse_credentials(settings.sqs_credentials.get_secret_value())
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(database_url, pool_size=settings.pool_size)
-        hub = WaitHub()
+        engine = create_engine(
+            database_url, pool_size=settings.pool_size, pool_timeout=settings.pool_wait_seconds
+        )
+        hub = WaitHub(
+            max_waiters=settings.max_waiters,
+            max_waiters_per_queue=settings.max_waiters_per_queue,
+        )
         listener = Listener(database_url, hub)
-        service = QueueService(engine, hub, ReceiptSigner(settings.receipt_secret()))
+        master = settings.receipt_secret()
+        keyring = ReceiptKeyring(engine, legacy=master)
+        service = QueueService(
+            engine, hub, keyring.signer, pool_wait_seconds=settings.pool_wait_seconds
+        )
+        keys = KeyStore(
+            service.transaction, master=master, listening=lambda: hub.listening,
+            static=credentials,
+        )
+        loading = asyncio.create_task(_load_keys(keyring, keys, settings), name="leaseq-keys")
+        # Serve once the keys are loaded; a database that cannot be reached yet
+        # does not hold the start up: requests answer 503 until it can.
+        await asyncio.wait([loading], timeout=settings.pool_wait_seconds)
+        if loading.done():
+            loading.result()  # a misconfiguration (LEASEQ_ADMIN_KEY) stops the start here
+
+        def on_notice(text: str) -> None:
+            keys.on_notice(text)
+            keyring.on_notice(text)
+
+        hub.on_notice = on_notice
+        app.state.keys = keys
+        app.state.keyring = keyring
         app.state.settings = settings
         app.state.hub = hub
         app.state.loop = asyncio.get_running_loop()
@@ -143,7 +184,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in background:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loading
             await listener.stop()
+            keyring.close()
+            await keys.close()
             await engine.dispose()
 
     app = FastAPI(
@@ -153,20 +199,87 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         # 413: the body limit below applies to every route.
         responses=problems.responses(413, 422, 500),
+        generate_unique_id_function=problems.operation_id,
         telemetry=None if settings.telemetry else {
             "tracing": False, "metrics": False, "logs": False, "operation_spans": False,
         },
     )
     counts: Counter[tuple[str, str, int]] = Counter()
     app.state.request_counts = counts
+    app.state.limiter = limiter = RateLimiter(settings.key_rate)
     problems.install(app)
     problems.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first.
     app.include_router(messages.router)
     app.include_router(queues.router)
     app.include_router(redrive.router)
+    app.include_router(keys.router)
     app.include_router(health.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
     app.include_router(sqs.router)
-    app.add_middleware(LimitBodyAndCount, max_bytes=settings.max_request_bytes, counts=counts)
+    app.add_middleware(
+        Guard,
+        keys=lambda: getattr(app.state, "keys", None),
+        limiter=limiter,
+        allowed_hosts=settings.host_allow_list(),
+        allowed_origins=settings.origins(),
+        open_paths=_open_paths(settings),
+        refuse=_refuse,
+    )
+    app.add_middleware(LimitBodyAndCount, max_bytes=settings.request_limit(), counts=counts)
+    if settings.origins():
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.origins(),
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
+            max_age=600,
+        )
     return app
+
+
+def _open_paths(settings: Settings) -> frozenset[str]:
+    """Paths served without an API key even when keys exist."""
+    paths = {"/healthz", "/readyz"}
+    if settings.open_metrics:
+        paths.add("/metrics")
+    if settings.open_docs:
+        paths.update({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+    return frozenset(paths)
+
+
+async def _refuse(scope: Scope, send: Send, error: LeaseqError) -> None:
+    await problems.error_response(error)(scope, _empty_receive, send)
+
+
+async def _load_keys(keyring: ReceiptKeyring, keys: KeyStore, settings: Settings) -> None:
+    """Receipt keys, whether API keys exist, and the bootstrap key; retried
+    until the database answers."""
+    delay = 0.1
+    while True:
+        try:
+            if not keyring.loaded:
+                await keyring.start()
+            await keys.refresh()
+            await _bootstrap_admin_key(keys, settings)
+            return
+        except (DatabaseUnavailable, OSError, DBAPIError, TimeoutError) as exc:
+            _log.warning("cannot load the keys yet (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def _bootstrap_admin_key(keys: KeyStore, settings: Settings) -> None:
+    """LEASEQ_ADMIN_KEY: an admin key a deployment starts with, created once."""
+    token = settings.bootstrap_admin_key()
+    if not token:
+        return
+    parts = split_bearer(token)
+    if parts is None:
+        raise RuntimeError("LEASEQ_ADMIN_KEY must be <key id>.<secret>")
+    key_id, secret = parts
+    if len(secret) < 20:
+        raise RuntimeError("LEASEQ_ADMIN_KEY's secret must be at least 20 characters")
+    created = await keys.create("bootstrap admin", ["admin:*"], key_id=key_id, secret=secret)
+    if created is not None:
+        _log.info("created the bootstrap admin key %s", key_id)

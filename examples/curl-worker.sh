@@ -17,7 +17,9 @@
 # Settings (environment): LEASEQ_URL (http://127.0.0.1:8000), LEASEQ_LEASE
 # (seconds, 30), LEASEQ_WAIT (long-poll seconds, 20), LEASEQ_RETRY_DELAY (seconds,
 # unset: the queue's ladder decides), LEASEQ_ONCE (set: handle one message, then
-# exit). SIGTERM/SIGINT stop it after the current message.
+# exit), LEASEQ_API_KEY (<key id>.<secret> when the service requires keys; passed
+# to curl from a private file, never on its command line). SIGTERM/SIGINT stop it
+# after the current message.
 #
 # The deadline is kept on the monotonic clock (/proc/uptime) from the moment
 # the receive request is sent, never from the server's lease_expires_at.
@@ -39,6 +41,12 @@ PERIOD_MS=$((LEASE * 1000 / 3))
 BASE="$URL/v1/queues/$QUEUE"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+# Every curl reads its extra headers from here (-H @file): the key stays out of `ps`.
+HEADERS="$WORK/headers"
+: > "$HEADERS"
+if [ -n "${LEASEQ_API_KEY:-}" ]; then
+  printf 'Authorization: Bearer %s\n' "$LEASEQ_API_KEY" > "$HEADERS"
+fi
 STOPPING=
 trap 'STOPPING=1' TERM INT
 
@@ -71,7 +79,7 @@ heartbeat() {
       sleep "$(seconds $(((next < deadline ? next : deadline) - sent)))"
       continue
     fi
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$(seconds $((deadline - sent)))" \
+    code=$(curl -s -H @"$HEADERS" -o /dev/null -w '%{http_code}' --max-time "$(seconds $((deadline - sent)))" \
       -X PATCH "$BASE/messages/$handle/visibility" \
       -H 'content-type: application/json' -d "{\"timeout\": $LEASE}") || code=000
     case $code in
@@ -95,7 +103,7 @@ heartbeat() {
 log "worker on $URL queue '$QUEUE': lease ${LEASE}s"
 while [ -z "$STOPPING" ]; do
   sent=$(now_ms) # the lease starts after this, never before
-  curl -sS --max-time $((WAIT + 10)) -o "$WORK/received.json" -w '%{http_code}' \
+  curl -sS -H @"$HEADERS" --max-time $((WAIT + 10)) -o "$WORK/received.json" -w '%{http_code}' \
     "$BASE/receive?max=1&wait=$WAIT&visibility_timeout=$LEASE" >"$WORK/status" 2>"$WORK/error" &
   poll=$!
   if ! wait "$poll"; then
@@ -140,7 +148,7 @@ while [ -z "$STOPPING" ]; do
   if [ -s "$WORK/state" ]; then
     log "$name abandoned: the watchdog cancelled it ($(cat "$WORK/state"))"
   elif [ "$result" = 0 ]; then
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 30 -X DELETE "$BASE/messages/$handle")
+    code=$(curl -s -H @"$HEADERS" -o /dev/null -w '%{http_code}' --max-time 30 -X DELETE "$BASE/messages/$handle")
     case $code in
       204) log "$name acknowledged" ;;
       409) log "$name: acknowledgement rejected (lease lost)" ;;
@@ -149,7 +157,7 @@ while [ -z "$STOPPING" ]; do
   else
     release='{}' # the queue's retry ladder decides
     [ -n "$RETRY_DELAY" ] && release="{\"delay\": $RETRY_DELAY}"
-    code=$(curl -s -o "$WORK/released.json" -w '%{http_code}' --max-time 30 \
+    code=$(curl -s -H @"$HEADERS" -o "$WORK/released.json" -w '%{http_code}' --max-time 30 \
       -X POST "$BASE/messages/$handle/release" \
       -H 'content-type: application/json' -d "$release") || code=000
     if [ "$code" = 200 ]; then

@@ -90,6 +90,11 @@ def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Setting
             "database_url": database_url,
             "data_dir": tmp_path / "data",
             "secret": "test-secret-0123456789abcdef",
+            # The in-process clients call the app as http://leaseq.test.
+            "allowed_hosts": "leaseq.test,localhost,127.0.0.1",
+            # Tests send many messages in one request; the default (10) is
+            # tested in test_validation.py.
+            "max_batch": 100,
             # Tests that want the retention sweeper set their own interval.
             "retention_sweep_seconds": 3600,
         }
@@ -140,20 +145,36 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
+ServeApp = Callable[..., Awaitable[tuple[str, Any]]]
+
+
 @pytest.fixture
-async def served(settings_factory: Any) -> AsyncIterator[tuple[str, Any]]:
-    """The app behind a real uvicorn server on a free port, in this event loop."""
-    settings: Settings = settings_factory()
-    app = create_app(settings)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started, seconds=20)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
+async def serve_factory(settings_factory: Any) -> AsyncIterator[ServeApp]:
+    """Serves apps (settings overrides as keywords) behind real uvicorn servers on
+    free ports, in this event loop: (base URL, app)."""
+    servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def serve(**overrides: Any) -> tuple[str, Any]:
+        app = create_app(settings_factory(**overrides))
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        task = asyncio.create_task(server.serve())
+        servers.append((server, task))
+        await wait_until(lambda: server.started, seconds=20)
+        return f"http://127.0.0.1:{port}", app
+
+    yield serve
+    for server, task in reversed(servers):
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.fixture
+async def served(serve_factory: ServeApp) -> tuple[str, Any]:
+    """The app behind a real uvicorn server on a free port, in this event loop."""
+    return await serve_factory()

@@ -151,3 +151,36 @@ def test_help(command: tuple[str, ...]) -> None:
     assert serve.returncode == 0, serve.stderr
     for option in ("--host", "--port", "--data-dir"):
         assert option in serve.stdout
+
+
+def test_keys_commands_on_the_database(database_url: str) -> None:
+    env = service_env(database_url=plain_url(database_url))
+    env["LEASEQ_SECRET"] = "a-master-secret-for-the-cli-test"
+    created = run_cli("keys", "create", "--name", "ci", "--scope", "send:orders-*",
+                      "--scope", "read:*", "--expires", "90d", env=env)
+    assert created.returncode == 0, created.stderr
+    lines = dict(line.split(":", 1) for line in created.stdout.splitlines() if ": " in line)
+    key_id, secret = lines["key id"].strip(), lines["secret"].strip()
+    assert len(secret) == 40 and f"Bearer {key_id}.{secret}" in created.stdout
+    listed = run_cli("keys", "list", env=env)
+    assert key_id in listed.stdout and "send:orders-* read:*" in listed.stdout
+    assert secret not in listed.stdout
+    assert run_cli("keys", "revoke", key_id, env=env).returncode == 0
+    assert "revoked" in run_cli("keys", "list", env=env).stdout
+    again = run_cli("keys", "revoke", key_id, env=env)
+    assert again.returncode == 1
+    bad = run_cli("keys", "create", "--name", "x", "--scope", "write:*", env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    rotated = run_cli("keys", "rotate-receipts", env=env)
+    assert rotated.returncode == 0 and "receipt key 2" in rotated.stdout, rotated.stderr
+
+
+def test_serve_refuses_a_public_address_without_a_key(database_url: str) -> None:
+    env = service_env(database_url=plain_url(database_url))
+    no_secret = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert no_secret.returncode == 2
+    assert "LEASEQ_SECRET" in no_secret.stderr and "Traceback" not in no_secret.stderr
+    env["LEASEQ_SECRET"] = "a-master-secret-for-the-cli-test"
+    no_key = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert no_key.returncode == 2
+    assert "leaseq keys create" in no_key.stderr and "--insecure" in no_key.stderr

@@ -130,7 +130,7 @@ async def test_a_disconnected_client_claims_nothing(
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'q'")
 
     reader, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
-    writer.write(b"GET /v1/queues/q/receive?wait=20 HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /v1/queues/q/receive?wait=20 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     await wait_until(lambda: app.state.hub.parked(queue_id) >= 1)
     writer.close()

@@ -4,44 +4,27 @@ client expects. Without keys, any access key is accepted."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+from conftest import ServeApp
 from sqs_clients import client, error_code, run
-from support import wait_until
 
 from app.config import Settings
-from app.main import create_app
 
 KEYS = "AKIDONE:secret-one, AKIDTWO:secret-two"
 
 
 @pytest.fixture
-async def signed(settings_factory: Callable[..., Settings]) -> AsyncIterator[str]:
+async def signed(serve_factory: ServeApp) -> str:
     """The app behind a real uvicorn, with SQS credentials configured."""
-    app = create_app(settings_factory(sqs_credentials=KEYS))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started, seconds=20)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return (await serve_factory(sqs_credentials=KEYS))[0]
 
 
 @pytest.mark.parametrize("protocol", ["json", "query"])

@@ -22,11 +22,12 @@ async def test_unreachable_database_is_503(tmp_path: Path) -> None:
         data_dir=tmp_path,
         secret="test-secret-0123456789abcdef",
         retention_sweep_seconds=3600,
+        pool_wait_seconds=0.5,  # the start waits this long for the keys, then serves
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             for method, path, body in (
                 ("GET", "/readyz", None),
                 ("POST", "/v1/queues", {"name": "q"}),

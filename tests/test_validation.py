@@ -22,6 +22,8 @@ import httpx
 from conftest import AppClient
 from support import make_queue, receive, send
 
+from app.config import Settings
+
 PROBLEM = "application/problem+json"
 JSON = {"content-type": "application/json"}
 
@@ -518,6 +520,34 @@ async def test_request_body_over_max_request_bytes(
     assert await message_count(db) == 2
 
 
+
+async def test_the_default_limits_come_from_the_queue_limits(
+    app_factory: AppClient, db: asyncpg.Connection
+) -> None:
+    """Unless configured: 10 entries a batch, and a body limit that fits 10 messages
+    of 1 MiB; a 16 MB body or a 900k-entry batch is refused, the first before it is
+    read."""
+    client = await app_factory(max_batch=Settings.model_fields["max_batch"].default)
+    assert Settings.model_fields["max_batch"].default == 10
+    limit = client.app.state.settings.request_limit()  # type: ignore[attr-defined]
+    assert limit == 10 * 1_048_576 + 65_536
+    queue = await make_queue(client, "defaults")
+    url = f"/v1/queues/{queue}/messages"
+    full = [{"body": "m" * (1_048_576 - 10)} for _ in range(10)]
+    batch = await client.post(url, json={"messages": full})
+    assert batch.status_code == 200 and batch.json()["succeeded"] == 10, batch.text[:300]
+    expect_invalid(await client.post(url, json={"messages": [{"body": "x"}] * 11}))
+    expect_problem(await client.post(url, content=b"x" * 16_000_000, headers=JSON),
+                   413, "request_too_large")
+    many = b'{"messages": [' + b",".join([b'{"body":"m"}'] * 900_000) + b"]}"
+    expect_problem(await client.post(url, content=many, headers=JSON), 413,
+                   "request_too_large")
+    under = b'{"messages": [' + b",".join([b'{"body":"m"}'] * 700_000) + b"]}"
+    assert len(under) < limit
+    expect_invalid(await client.post(url, content=under, headers=JSON))
+    assert await message_count(db) == 10
+
+
 # -- malformed input ----------------------------------------------------------
 
 MALFORMED: list[bytes] = [
@@ -566,14 +596,15 @@ async def test_malformed_bodies_are_422_on_every_body_route(
         for payload in MALFORMED:
             response = await client.request(method, url, content=payload, headers=JSON)
             expect_invalid(response)
-        # A well-formed JSON body under a content type that is not JSON is not JSON.
+        # A well-formed JSON body under a content type that is not JSON is refused
+        # before it is read: no HTML form or text/plain request can change state.
         for content_type in ("text/plain", "application/x-www-form-urlencoded",
                              "multipart/form-data; boundary=x", "application/xml", None):
             headers = {} if content_type is None else {"content-type": content_type}
             body = {"name": "q", "body": "x", "timeout": 5, "cursor": 1, "entries": [],
                     "receipt_handles": []}
             response = await client.request(method, url, content=raw(body), headers=headers)
-            expect_invalid(response)
+            expect_problem(response, 415, "unsupported_media_type")
     assert await db.fetchrow("SELECT * FROM messages") == before
     assert await db.fetchval("SELECT count(*) FROM queues") == 1
     assert (await client.delete(f"/v1/queues/{queue}/messages/{handle}")).status_code == 204
@@ -659,7 +690,8 @@ def garbage_handles(real: str) -> list[str]:
         _b64(rng.randbytes(len(decoded))),  # right length, no valid tag
         _b64(decoded[:-1]),
         _b64(decoded + b"\x00"),
-        _b64(b"\x02" + decoded[1:]),  # another version byte
+        _b64(b"\x03" + decoded[1:]),  # another version byte
+        _b64(decoded[:1] + b"\x00\x07" + decoded[3:]),  # a key id that signs nothing
         real + "A",
         real[:-1],
         real + "==",
@@ -789,6 +821,9 @@ ENDPOINTS = [
     ("GET", "/v1/queues/{queue}/redrive"),
     ("GET", "/v1/redrive-tasks/{task_id}"),
     ("DELETE", "/v1/redrive-tasks/{task_id}"),
+    ("POST", "/v1/keys"),
+    ("GET", "/v1/keys"),
+    ("DELETE", "/v1/keys/{key_id}"),
 ]
 
 
@@ -875,6 +910,10 @@ def _plausible_body(rng: random.Random, template: str, handle: str) -> bytes:
         "/v1/queues/{queue}/messages/{receipt_handle}/release": lambda: {"delay": value()},
         "/v1/queues/{queue}/redrive": lambda: {
             rng.choice(["destination", "max_per_second"]): rng.choice([value(), text()])},
+        # Never a valid scope (random text is no action): a key created here would
+        # lock the fuzz's keyless client out of everything after it.
+        "/v1/keys": lambda: {"name": text(), "scopes": [_random_text(rng) + ":*"],
+                             rng.choice(["expires_in", "rate_per_second"]): value()},
     }
     return raw(shapes[template]()).encode()
 
@@ -924,7 +963,8 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
         if rng.random() < 0.6:
             handle = _mutate_handle(rng, handle) if rng.random() < 0.7 else _random_text(rng)
         path = template.format(queue=_segment(queue), receipt_handle=_segment(handle) or "h",
-                               task_id=_segment(_random_text(rng)) or "t")
+                               task_id=_segment(_random_text(rng)) or "t",
+                               key_id=_segment(_random_text(rng)) or "k")
         params: dict[str, str] = {}
         if method == "GET":
             # Never a long poll: wait is always 0 or invalid.
@@ -953,10 +993,14 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
         if status >= 400:
             assert response.headers["content-type"].split(";")[0] == PROBLEM, response.text
             code = response.json()["code"]
-        # Whatever it answered, the OpenAPI document says it can.
-        if code != "not_found":  # a path with a "." or ".." segment matches no route
+        # Whatever it answered, the OpenAPI document says it can, with this code.
+        # (A "." or ".." segment makes it another path: 404 not_found or 405.)
+        if code not in ("not_found", "method_not_allowed"):
             documented = openapi["paths"][template][method.lower()]["responses"]
             assert str(status) in documented, (method, template, status, response.text)
+            if code is not None:
+                assert code in documented_codes(documented[str(status)]), (
+                    method, template, status, code)
         if status == 200 and template.endswith("/receive"):
             handles += [m["receipt_handle"] for m in response.json()["messages"]]
 
@@ -972,7 +1016,16 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
 
 # -- OpenAPI ------------------------------------------------------------------
 
-PROBLEM_STATUSES = {"400", "404", "409", "413", "422", "503"}
+PROBLEM_STATUSES = {"400", "401", "403", "404", "409", "413", "415", "422", "429", "500", "503"}
+GUARD_STATUSES = {"400", "401", "403", "413", "429", "500", "503"}
+CHANGES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def documented_codes(response: dict[str, Any]) -> set[str]:
+    """The `code` values a documented problem response lists."""
+    schema = response["content"][PROBLEM]["schema"]
+    narrowed = [part for part in schema["allOf"] if "$ref" not in part]
+    return set(narrowed[0]["properties"]["code"]["enum"])
 
 
 async def test_openapi_documents_problem_responses(client: httpx.AsyncClient) -> None:
@@ -996,17 +1049,51 @@ async def test_openapi_documents_problem_responses(client: httpx.AsyncClient) ->
                 missing = statuses - set(operation["responses"])
                 assert not missing, (method, path, missing)
 
-    expect({"422", "503"}, lambda m, p, o: True)
-    expect({"404"}, lambda m, p, o: "{queue}" in p)
-    expect({"413"}, lambda m, p, o: "requestBody" in o)
+    def codes(method: str, path: str, status: int) -> set[str]:
+        return documented_codes(operations[(method, path)]["responses"][str(status)])
+
+    # The guard's, the body limit's and the database's, on every operation.
+    expect(GUARD_STATUSES, lambda m, p, o: True)
+    expect({"415"}, lambda m, p, o: m in CHANGES)
+    expect({"422"}, lambda m, p, o: "requestBody" in o or any(
+        x["in"] == "query" for x in o.get("parameters", ())))
+    expect({"404"}, lambda m, p, o: "{" in p)
     expect({"400", "409"}, lambda m, p, o: "{receipt_handle}" in p)
     expect({"409"}, lambda m, p, o: (m, p) == ("POST", "/v1/queues"))
-    expect({"413"}, lambda m, p, o: (m, p) == ("POST", "/v1/queues/{queue}/messages"))
+    assert codes("POST", "/v1/queues", 409) == {"queue_already_exists"}
+    assert codes("POST", "/v1/queues", 400) == {"host_not_allowed", "invalid_redrive_policy"}
+    assert codes("DELETE", "/v1/queues/{queue}", 409) == {"queue_in_use"}
+    assert codes("POST", "/v1/queues/{queue}/messages", 413) == {
+        "request_too_large", "message_too_large"}
+    assert codes("GET", "/v1/queues/{queue}/receive", 503) == {
+        "database_unavailable", "overloaded"}
+    assert codes("DELETE", "/v1/keys/{key_id}", 404) == {"key_not_found"}
+    assert codes("GET", "/v1/redrive-tasks/{task_id}", 404) == {"task_not_found"}
+    assert codes("DELETE", "/v1/queues/{queue}/messages/{receipt_handle}", 409) == {"lease_lost"}
+    # No input to validate, no 422.
+    assert "422" not in operations[("GET", "/v1/keys")]["responses"]
+    assert "422" not in operations[("GET", "/v1/queues/{queue}")]["responses"]
 
     for (method, path), operation in operations.items():
+        assert operation["security"] == [{"bearer": []}], (method, path)
         for status, documented in operation["responses"].items():
-            if status not in PROBLEM_STATUSES:
+            if int(status) < 400:
                 continue
+            assert status in PROBLEM_STATUSES, (method, path, status)
             content = documented["content"]
             assert set(content) == {PROBLEM}, (method, path, status, content)
-            assert content[PROBLEM]["schema"] == {"$ref": "#/components/schemas/Problem"}
+            schema = content[PROBLEM]["schema"]
+            assert {"$ref": "#/components/schemas/Problem"} in schema["allOf"]
+            listed = documented_codes(documented)
+            assert listed and set(content[PROBLEM]["examples"]) == listed
+            # A 500 is never an expected answer: only the generic internal_error.
+            assert (status == "500") == (listed == {"internal_error"}), (method, path, listed)
+            for example in content[PROBLEM]["examples"].values():
+                assert example["value"]["status"] == int(status)
+        if "429" in operation["responses"]:
+            assert operation["responses"]["429"]["headers"]["Retry-After"]["required"]
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        **doc["components"]["securitySchemes"]["bearer"], "type": "http", "scheme": "bearer"}
+    for path in ("/healthz", "/readyz"):
+        assert "security" not in doc["paths"][path]["get"]
+        assert "401" not in doc["paths"][path]["get"]["responses"]

@@ -39,6 +39,12 @@ class _Queries:
 Q = _Queries(SOURCE)
 
 
+def load(package: str) -> _Queries:
+    """The named statements of another package's queries.sql."""
+    text_ = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
+    return _Queries(_parse(text_))
+
+
 def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
     names: list[str] = []
 

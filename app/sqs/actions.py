@@ -16,6 +16,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
+from app.auth.scopes import EVERYONE, Principal
 from app.errors import InvalidReceiptHandle, LeaseLost, QueueError, QueueNotFound
 from app.queue import limits
 from app.queue.models import EntryError, MessageAttribute, OutgoingMessage, Queue, QueueStats
@@ -31,7 +33,7 @@ _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[^\x00-\x1f]{1,})?$")
 _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 # The characters SQS accepts in bodies and string values (XML's).
-_INVALID_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_INVALID_CHARS = limits.NOT_TEXT_CHAR
 
 # SQS queue attribute <-> engine attribute, for the plain numbers.
 QUEUE_NUMBERS = {
@@ -77,6 +79,8 @@ class Context:
     sender_id: str
     gone: asyncio.Event | None = None
     path_queue: str | None = None  # the queue of a request posted to its queue URL
+    principal: Principal = EVERYONE
+    need: str = "admin"  # the scope action this request's action needs (SCOPES)
 
     def queue_url(self, name: str) -> str:
         return f"{self.base_url}/{self.account}/{name}"
@@ -162,11 +166,13 @@ def _queue(ctx: Context, params: dict[str, Any]) -> str:
     url = _str(params, "QueueUrl")
     if url is None:
         if ctx.path_queue is not None:
+            ctx.principal.require(ctx.need, ctx.path_queue)
             return ctx.path_queue
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     parts = [p for p in urlsplit(url).path.split("/") if p]
     if len(parts) != 2 or parts[0] != ctx.account or not limits.is_queue_name(parts[1]):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    ctx.principal.require(ctx.need, parts[1])
     return parts[1]
 
 
@@ -257,8 +263,10 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
             "Can only include alphanumeric characters, hyphens, or underscores. "
             "1 to 80 in length",
         )
+    ctx.principal.require("admin", name)
     changes = _queue_changes(ctx, _str_map(params, "Attributes"))
     tags = _str_map(params, "tags") or _str_map(params, "Tags")
+    _check_tags(*tags, *tags.values())
     try:
         await ctx.service.create_queue(name, changes, tags)
     except QueueError as exc:
@@ -278,6 +286,9 @@ async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     owner = _str(params, "QueueOwnerAWSAccountId")
     if owner not in (None, ctx.account) or not limits.is_queue_name(name):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    # Every worker asks for its queue's URL first: any scope on the queue will do.
+    if not any(ctx.principal.allows(action, name) for action in SCOPE_ACTIONS):
+        ctx.principal.require("read", name)
     await ctx.service.get_queue(name)
     return {"QueueUrl": ctx.queue_url(name)}
 
@@ -302,12 +313,16 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     prefix = _str(params, "QueueNamePrefix") or ""
     limit = _ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(_str(params, "NextToken"))
+    ctx.principal.require_any("read")
     page = await ctx.service.list_queues(
         prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1
     )
     more = len(page) > (limit or LIST_QUEUES_MAX)
     page = page[: limit or LIST_QUEUES_MAX]
-    result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in page]}
+    # A key sees the queues it may read: a page may come out shorter than
+    # MaxResults, and NextToken still continues after the page's last queue.
+    shown = [q for q in page if ctx.principal.allows("read", q.name)]
+    result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]}
     if more and limit is not None:
         result["NextToken"] = _token(page[-1].name)
     return result
@@ -372,11 +387,24 @@ async def purge_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _check_tags(*texts: str) -> None:
+    # PostgreSQL refuses NUL and lone surrogates in tags (jsonb) and in the keys
+    # to remove (text): refused here as a bad parameter, not there as an error 500.
+    for text in texts:
+        if _INVALID_CHARS.search(text):
+            raise SqsError(
+                "InvalidParameterValue",
+                "Invalid characters found in a tag key or value. Valid characters are #x9 | "
+                "#xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF.",
+            )
+
+
 async def tag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = _queue(ctx, params)
     tags = _str_map(params, "Tags")
     if not tags:
         raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+    _check_tags(*tags, *tags.values())
     await ctx.service.change_tags(name, add=tags)
     return {}
 
@@ -386,6 +414,7 @@ async def untag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     keys = _str_list(params, "TagKeys")
     if not keys:
         raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+    _check_tags(*keys)
     await ctx.service.change_tags(name, remove=keys)
     return {}
 
@@ -799,6 +828,7 @@ def _task_id(handle: str) -> str:
 async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source_arn = _required(params, "SourceArn")
     source = ctx.name_from_arn(source_arn, "SourceArn")
+    ctx.principal.require("admin", source)
     destination_arn = _str(params, "DestinationArn")
     destination = (
         None if destination_arn is None else ctx.name_from_arn(destination_arn, "DestinationArn")
@@ -814,6 +844,7 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
 async def list_message_move_tasks(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source_arn = _required(params, "SourceArn")
     source = ctx.name_from_arn(source_arn, "SourceArn")
+    ctx.principal.require("read", source)
     limit = _ranged(params, "MaxResults", 1, 10) or 1
     try:
         tasks = await ctx.redrives.list(source, limit)
@@ -843,6 +874,7 @@ async def list_message_move_tasks(ctx: Context, params: dict[str, Any]) -> dict[
 async def cancel_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     task_id = _task_id(_required(params, "TaskHandle"))
     task = await ctx.redrives.get(task_id)
+    ctx.principal.require("admin", task.source)
     if task.status != "running":
         raise SqsError(
             "ResourceNotFoundException", "The task is not running: it cannot be cancelled."
@@ -882,3 +914,17 @@ ACTIONS: dict[str, Action] = {
     "AddPermission": _permissions,
     "RemovePermission": _permissions,
 }
+
+# The scope action each SQS action needs on its queue (app/auth/scopes.py).
+SCOPES: dict[str, str] = {
+    "CreateQueue": "admin", "GetQueueUrl": "read", "ListQueues": "read",
+    "DeleteQueue": "admin", "GetQueueAttributes": "read", "SetQueueAttributes": "admin",
+    "PurgeQueue": "admin", "TagQueue": "admin", "UntagQueue": "admin",
+    "ListQueueTags": "read", "ListDeadLetterSourceQueues": "read",
+    "SendMessage": "send", "SendMessageBatch": "send",
+    "ReceiveMessage": "receive", "DeleteMessage": "receive", "DeleteMessageBatch": "receive",
+    "ChangeMessageVisibility": "receive", "ChangeMessageVisibilityBatch": "receive",
+    "StartMessageMoveTask": "admin", "ListMessageMoveTasks": "read",
+    "CancelMessageMoveTask": "admin", "AddPermission": "admin", "RemovePermission": "admin",
+}
+assert SCOPES.keys() == ACTIONS.keys()

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from app.errors import (
     DatabaseUnavailable,
+    Forbidden,
     InvalidParameter,
     InvalidReceiptHandle,
     InvalidRedrivePolicy,
     LeaseLost,
     LeaseqError,
     MessageTooLarge,
+    Overloaded,
     QueueAlreadyExists,
     QueueInUse,
     QueueNotFound,
+    RateLimited,
     RedriveInProgress,
     TaskNotFound,
     TooManyTags,
+    Unauthenticated,
 )
 
 _LEGACY = "AWS.SimpleQueueService."
@@ -51,6 +55,12 @@ ERRORS: dict[str, tuple[str, int]] = {
     "IncompleteSignature": ("IncompleteSignature", 403),
     "InvalidClientTokenId": ("InvalidClientTokenId", 403),
     "SignatureDoesNotMatch": ("SignatureDoesNotMatch", 403),
+    "RequestExpired": ("RequestExpired", 400),
+    "AccessDenied": ("AccessDenied", 403),
+    # SQS's throttling error. Sent as 403 Sender, as SQS itself sends it: botocore
+    # retries it with backoff in its legacy mode only in that form (its SQS retry
+    # policy), and in standard mode (by name), as other SDKs do by name.
+    "RequestThrottled": ("RequestThrottled", 403),
     "ServiceUnavailable": ("ServiceUnavailable", 503),
     "InternalError": ("InternalError", 500),
 }
@@ -92,6 +102,10 @@ _FROM_ENGINE: dict[type[LeaseqError], str] = {
     TaskNotFound: "ResourceNotFoundException",
     RedriveInProgress: "InvalidParameterValue",
     DatabaseUnavailable: "ServiceUnavailable",
+    Overloaded: "RequestThrottled",
+    Forbidden: "AccessDenied",
+    RateLimited: "RequestThrottled",
+    Unauthenticated: "MissingAuthenticationToken",
 }
 
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.disconnect import client_gone
+from app.auth.scopes import EVERYONE, Principal
+from app.auth.store import KeyStore
 from app.config import Settings
 from app.errors import LeaseqError
 from app.sqs import protocol, sigv4
-from app.sqs.actions import ACTIONS, Context
+from app.sqs.actions import ACTIONS, SCOPES, Context
 from app.sqs.errors import SqsError, from_engine
 
 _log = logging.getLogger(__name__)
@@ -28,10 +31,30 @@ _ACCOUNT = re.compile(r"^[0-9]{12}$")
 router = APIRouter(tags=["sqs"], include_in_schema=False)
 
 
-def _credentials(settings: Settings) -> dict[str, str] | None:
-    if settings.sqs_credentials is None:
-        return None
-    return sigv4.parse_credentials(settings.sqs_credentials.get_secret_value())
+async def _authenticate(request: Request, body: bytes, is_json: bool) -> tuple[Principal, str]:
+    """(who, their sender id) of a request, checked before its body is parsed."""
+    keys: KeyStore = request.app.state.keys
+    settings: Settings = request.app.state.settings
+    await keys.ensure()
+    if not keys.enforcing:
+        # Open (no key exists): any access key is accepted as the sender's id.
+        return EVERYONE, sigv4.access_key(request.headers.get("authorization")) or (
+            settings.sqs_account_id
+        )
+    by_name = sigv4.headers_by_name(
+        [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
+    )
+    query = request.url.query
+    signed = sigv4.parse(by_name, query, now=datetime.now(UTC), json_protocol=is_json)
+    found = await keys.signing_secret(signed.key)
+    if found is None:
+        raise SqsError(
+            "InvalidClientTokenId", "The security token included in the request is invalid."
+        )
+    principal, secret = found
+    sigv4.check(signed, secret=secret, method=request.method, path=request.url.path,
+                query_string=query, by_name=by_name, body=body)
+    return principal, signed.key
 
 
 async def _handle(request: Request, path_queue: str | None) -> Response:
@@ -43,6 +66,7 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
     )
     action: str | None = None
     try:
+        principal, sender = await _authenticate(request, body, is_json)
         if is_json:
             if not target or not target.startswith(protocol.TARGET_PREFIX):
                 raise SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action>.")
@@ -54,26 +78,13 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
             )
             if not action:
                 raise SqsError("MissingAction", "The request must contain an Action.")
-        settings: Settings = request.app.state.settings
-        credentials = _credentials(settings)
-        authorization = request.headers.get("authorization")
-        if credentials is not None:
-            sender = sigv4.verify(
-                credentials=credentials,
-                method=request.method,
-                path=request.url.path,
-                query_string=request.url.query,
-                headers=[(k.decode("latin-1"), v.decode("latin-1"))
-                         for k, v in request.scope["headers"]],
-                body=body,
-            )
-        else:
-            sender = sigv4.access_key(authorization) or settings.sqs_account_id
         handler = ACTIONS.get(action)
         if handler is None:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
             )
+        request.app.state.limiter.take(principal)
+        settings: Settings = request.app.state.settings
         ctx = Context(
             service=request.app.state.service,
             redrives=request.app.state.redrives,
@@ -82,6 +93,8 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
             region=settings.sqs_region,
             sender_id=sender,
             path_queue=path_queue,
+            principal=principal,
+            need=SCOPES[action],
         )
         async with client_gone(request) as gone:
             ctx.gone = gone

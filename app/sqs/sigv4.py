@@ -1,12 +1,17 @@
 """AWS Signature Version 4, checked on the server (header-based Authorization).
 
-With no credentials configured any request is accepted (its access key, if
-any, is only the sender's id). With credentials, a request must carry
-`Authorization: AWS4-HMAC-SHA256 Credential=KEY/DATE/REGION/SERVICE/aws4_request,
-SignedHeaders=..., Signature=...` made with one of their secrets over the
-canonical request, which includes the SHA-256 of the body. The region and the
-service are the ones of the credential scope (any region; the service must be
-`sqs`). Presigned URLs (the signature in the query string) are not accepted.
+A request must carry `Authorization: AWS4-HMAC-SHA256 Credential=KEY/DATE/
+REGION/SERVICE/aws4_request, SignedHeaders=..., Signature=...` made with the
+key's secret over the canonical request, which includes the SHA-256 of the
+body. The region is the credential scope's (any); the service must be `sqs`.
+
+Checked in two steps, so that a request is refused before its body is read
+into parameters: `parse` the header (its form; X-Amz-Date within 15 minutes
+of the server's clock; `host`, `x-amz-date` and, for the JSON protocol,
+`x-amz-target` and `content-type` among the signed headers, so a captured
+signature cannot be re-sent as another action), then `check` the signature
+with the key's secret. Presigned URLs (the signature in the query string) are
+refused.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl, quote
 
 from app.sqs.errors import SqsError
@@ -24,6 +31,8 @@ _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<credential>[^,\s]+)\s*,\s*"
     r"SignedHeaders=(?P<signed>[^,\s]+)\s*,\s*Signature=(?P<signature>[0-9a-f]{64})\s*$"
 )
+_AMZ_DATE = re.compile(r"^\d{8}T\d{6}Z$")
+MAX_SKEW = timedelta(minutes=15)
 _CREDENTIAL = re.compile(
     r"^(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request$"
 )
@@ -63,20 +72,42 @@ def _canonical_query(query_string: str) -> str:
     return "&".join(f"{k}={v}" for k, v in encoded)
 
 
-def verify(
-    *,
-    credentials: Mapping[str, str],
-    method: str,
-    path: str,
-    query_string: str,
-    headers: Sequence[tuple[str, str]],
-    body: bytes,
-) -> str:
-    """The access key of a correctly signed request; SqsError otherwise."""
+@dataclass(frozen=True)
+class Signed:
+    """The parts of a request's Authorization header, checked for form."""
+
+    key: str
+    date: str
+    region: str
+    service: str
+    signed_headers: str
+    signature: str
+    amz_date: str
+
+
+def _header(by_name: Mapping[str, list[str]], name: str) -> str:
+    return (by_name.get(name) or [""])[0]
+
+
+def headers_by_name(headers: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     by_name: dict[str, list[str]] = {}
     for name, value in headers:
         by_name.setdefault(name.lower(), []).append(value)
-    authorization = (by_name.get("authorization") or [""])[0]
+    return by_name
+
+
+def parse(
+    by_name: Mapping[str, list[str]], query_string: str, *, now: datetime, json_protocol: bool
+) -> Signed:
+    """The signature's parts, once its form, its date and the headers it covers
+    pass; SqsError otherwise. Nothing here needs the secret or the body."""
+    if "X-Amz-Signature=" in query_string or "X-Amz-Algorithm=" in query_string:
+        raise SqsError(
+            "IncompleteSignature",
+            "Presigned (query-string) requests are not accepted; sign the Authorization "
+            "header instead.",
+        )
+    authorization = _header(by_name, "authorization")
     if not authorization:
         raise SqsError(
             "MissingAuthenticationToken", "Request is missing Authentication Token"
@@ -91,23 +122,55 @@ def verify(
     scope = _CREDENTIAL.match(match["credential"])
     if scope is None:
         raise SqsError("IncompleteSignature", "The credential scope is malformed.")
-    key = scope["key"]
-    secret = credentials.get(key)
-    if secret is None:
-        raise SqsError(
-            "InvalidClientTokenId", "The security token included in the request is invalid."
-        )
     if scope["service"] != "sqs":
         raise SqsError("SignatureDoesNotMatch", "The credential scope must name service sqs.")
-    amz_date = (by_name.get("x-amz-date") or [""])[0]
-    if not amz_date.startswith(scope["date"]):
-        raise SqsError("SignatureDoesNotMatch", "X-Amz-Date does not match the credential.")
+    amz_date = _header(by_name, "x-amz-date")
+    if not _AMZ_DATE.fullmatch(amz_date) or not amz_date.startswith(scope["date"]):
+        raise SqsError(
+            "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
+        )
+    try:
+        signed_at = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise SqsError("IncompleteSignature", "X-Amz-Date is not a valid time.") from None
+    if abs(now - signed_at) > MAX_SKEW:
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        raise SqsError(
+            "RequestExpired",
+            f"Signature expired: {amz_date} is more than 15 minutes from the server's "
+            f"time {stamp}.",
+        )
     signed = match["signed"].split(";")
-    if "host" not in signed:
-        raise SqsError("SignatureDoesNotMatch", "The Host header must be signed.")
+    needed = ["host", "x-amz-date"]
+    if json_protocol:
+        needed += ["x-amz-target", "content-type"]
+    missing = [name for name in needed if name not in signed]
+    if missing:
+        raise SqsError(
+            "SignatureDoesNotMatch",
+            f"The signature must cover the headers {', '.join(missing)}.",
+        )
+    return Signed(
+        key=scope["key"], date=scope["date"], region=scope["region"],
+        service=scope["service"], signed_headers=match["signed"],
+        signature=match["signature"], amz_date=amz_date,
+    )
+
+
+def check(
+    signed: Signed,
+    *,
+    secret: str,
+    method: str,
+    path: str,
+    query_string: str,
+    by_name: Mapping[str, list[str]],
+    body: bytes,
+) -> None:
+    """SqsError unless `secret` made the signature over this request."""
     canonical_headers = "".join(
         f"{name}:{','.join(' '.join(v.split()) for v in by_name.get(name, []))}\n"
-        for name in signed
+        for name in signed.signed_headers.split(";")
     )
     canonical_request = "\n".join(
         [
@@ -115,28 +178,25 @@ def verify(
             quote(path or "/", safe="/~"),
             _canonical_query(query_string),
             canonical_headers,
-            match["signed"],
+            signed.signed_headers,
             hashlib.sha256(body).hexdigest(),
         ]
     )
-    credential_scope = "/".join(
-        [scope["date"], scope["region"], scope["service"], "aws4_request"]
-    )
+    credential_scope = "/".join([signed.date, signed.region, signed.service, "aws4_request"])
     string_to_sign = "\n".join(
         [
             ALGORITHM,
-            amz_date,
+            signed.amz_date,
             credential_scope,
             hashlib.sha256(canonical_request.encode("utf-8")).hexdigest(),
         ]
     )
-    signing_key = _hmac(("AWS4" + secret).encode("utf-8"), scope["date"])
-    for part in (scope["region"], scope["service"], "aws4_request"):
+    signing_key = _hmac(("AWS4" + secret).encode("utf-8"), signed.date)
+    for part in (signed.region, signed.service, "aws4_request"):
         signing_key = _hmac(signing_key, part)
     expected = hmac.new(signing_key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, match["signature"]):
+    if not hmac.compare_digest(expected, signed.signature):
         raise SqsError(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
         )
-    return key

@@ -39,6 +39,15 @@ def default_url() -> str:
     return os.environ.get("LEASEQ_URL") or DEFAULT_URL
 
 
+def auth_headers(api_key: str | None, headers: dict[str, str] | None) -> dict[str, str]:
+    """`headers` with the API key (`api_key`, else `LEASEQ_API_KEY`) as a bearer token."""
+    key = api_key or os.environ.get("LEASEQ_API_KEY")
+    out = dict(headers or {})
+    if key:
+        out.setdefault("Authorization", f"Bearer {key}")
+    return out
+
+
 # -- requests and how to read their answers ------------------------------------------
 
 
@@ -232,10 +241,13 @@ class Client(_Base):
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: `<key id>.<secret>` (default: `LEASEQ_API_KEY`, if set)."""
         super().__init__(url, timeout)
         self._http = httpx.Client(
-            base_url=self.url, timeout=timeout, transport=transport, headers=headers
+            base_url=self.url, timeout=timeout, transport=transport,
+            headers=auth_headers(api_key, headers),
         )
 
     def _run(self, call: _Call[T], request_timeout: float | None = None) -> T:
@@ -340,10 +352,13 @@ class AsyncClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
         headers: dict[str, str] | None = None,
         limits: httpx.Limits | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: `<key id>.<secret>` (default: `LEASEQ_API_KEY`, if set)."""
         super().__init__(url, timeout)
         self._http = httpx.AsyncClient(
-            base_url=self.url, timeout=timeout, transport=transport, headers=headers,
+            base_url=self.url, timeout=timeout, transport=transport,
+            headers=auth_headers(api_key, headers),
             limits=limits or httpx.Limits(),
         )
 

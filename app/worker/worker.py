@@ -133,8 +133,10 @@ class Worker:
         grace: float = 30.0,
         backoff: Backoff | None = None,
         transport: Callable[[], httpx.AsyncBaseTransport] | None = None,
+        api_key: str | None = None,
     ) -> None:
-        """`lease`: seconds each claim lasts and each beat extends to (None: the
+        """`api_key`: `<key id>.<secret>` (default: `LEASEQ_API_KEY`, if set).
+        `lease`: seconds each claim lasts and each beat extends to (None: the
         queue's visibility_timeout). `heartbeat_period`: seconds between beats
         (None: a third of the lease). `wait`: long-poll seconds (0-20).
         `grace`: seconds in-flight handlers get at shutdown. `backoff`: the
@@ -170,6 +172,7 @@ class Worker:
         self.backoff = backoff
         self.stats = WorkerStats()
         self._transport = transport
+        self._api_key = api_key
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None
@@ -220,10 +223,11 @@ class Worker:
         # Long polls get a pool of their own: a parked poll never delays a beat,
         # an acknowledgement or a release.
         make = self._transport
-        self._poller = AsyncClient(self.url, transport=make() if make else None)
-        self._control = AsyncClient(self.url, transport=make() if make else None)
+        key = self._api_key
+        self._poller = AsyncClient(self.url, transport=make() if make else None, api_key=key)
+        self._control = AsyncClient(self.url, transport=make() if make else None, api_key=key)
         if self.heartbeat_mode == "thread":
-            self._beats = HeartbeatThread(lambda: AsyncClient(self.url))
+            self._beats = HeartbeatThread(lambda: AsyncClient(self.url, api_key=key))
         log.info(
             "worker on %s queue %r: concurrency %d, lease %s, heartbeat %s, retries %s",
             self.url, self.queue, self.concurrency,
@@ -312,7 +316,16 @@ class Worker:
         if self.lease is None:
             # The queue's own timeout will be the lease: a lease of 0 cannot be
             # heartbeated (and would hand every message straight back).
-            queue = await self._control.get_queue(self.queue)
+            try:
+                queue = await self._control.get_queue(self.queue)
+            except ApiError as exc:
+                if exc.status != 403:
+                    raise
+                # A key that may receive but not read the queue: the check is
+                # a courtesy, not a condition of working.
+                log.info("cannot read queue %r's attributes with this key; not checking "
+                         "its visibility_timeout", self.queue)
+                queue = {"attributes": {"visibility_timeout": 1}}
             if int(queue["attributes"]["visibility_timeout"]) < 1:
                 raise ValueError(
                     f"queue {self.queue!r} has a visibility_timeout of 0: "

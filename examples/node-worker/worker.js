@@ -60,8 +60,10 @@ const log = (...parts) => console.error(new Date().toISOString(), 'leaseq.worker
 // -- the REST API ----------------------------------------------------------------
 
 export class Client {
-  constructor(url) {
+  // apiKey: `<key id>.<secret>` when the service requires keys (default LEASEQ_API_KEY).
+  constructor(url, apiKey = process.env.LEASEQ_API_KEY) {
     this.url = url.replace(/\/+$/, '');
+    this.auth = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
   }
 
   async call(method, route, { body, timeoutMs, signal } = {}) {
@@ -70,7 +72,7 @@ export class Client {
     if (signal) signals.push(signal);
     const response = await fetch(this.url + route, {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers: body === undefined ? this.auth : { ...this.auth, 'content-type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: signals.length ? AbortSignal.any(signals) : undefined,
     });

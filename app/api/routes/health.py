@@ -17,7 +17,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses=responses(503))
+@router.get("/readyz", responses=responses("database_unavailable"))
 async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
     """The database answers (503 `database_unavailable` otherwise)."""
     await service.ping()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import ServiceDep
 from app.api.problems import responses
@@ -14,6 +14,7 @@ from app.api.schemas import (
     QueueList,
     QueueOut,
 )
+from app.auth.guard import principal_of
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
@@ -24,18 +25,23 @@ _NAME_CHARS = r"^[A-Za-z0-9_-]*$"
     "",
     status_code=status.HTTP_201_CREATED,
     responses={200: {"model": QueueOut, "description": "Exists with the same attributes"},
-               **responses(409, 422, 503)},
+               **responses("invalid_redrive_policy", "queue_already_exists",
+                           "validation_error", "database_unavailable")},
 )
-async def create_queue(body: QueueCreate, service: ServiceDep, response: Response) -> QueueOut:
+async def create_queue(
+    body: QueueCreate, service: ServiceDep, request: Request, response: Response
+) -> QueueOut:
+    principal_of(request).require("admin", body.name)
     queue, created = await service.create_queue(body.name, body.changes())
     if not created:
         response.status_code = status.HTTP_200_OK
     return QueueOut.of(queue)
 
 
-@router.get("", responses=responses(422, 503))
+@router.get("", responses=responses("validation_error", "database_unavailable"))
 async def list_queues(
     service: ServiceDep,
+    request: Request,
     # Only queue-name characters: these go to PostgreSQL as text, and a NUL
     # (`?prefix=%00`) made it raise "invalid byte sequence": a 500.
     prefix: str = Query("", max_length=80, pattern=_NAME_CHARS),
@@ -46,26 +52,30 @@ async def list_queues(
 ) -> QueueList:
     queues = await service.list_queues(prefix=prefix, after=after, limit=limit)
     next_after = queues[-1].name if len(queues) == limit else None
-    return QueueList(queues=[QueueOut.of(q) for q in queues], next_after=next_after)
+    # A key sees the queues it may read; a page may be shorter than `limit`.
+    principal = principal_of(request)
+    shown = [QueueOut.of(q) for q in queues if principal.allows("read", q.name)]
+    return QueueList(queues=shown, next_after=next_after)
 
 
-@router.get("/{queue}", responses=responses(404, 503))
+@router.get("/{queue}", responses=responses("queue_not_found", "database_unavailable"))
 async def get_queue(queue: str, service: ServiceDep) -> QueueDetail:
     found, stats = await service.get_queue(queue)
     return QueueDetail.with_stats(found, stats)
 
 
-@router.patch("/{queue}", responses=responses(404, 422, 503))
+@router.patch("/{queue}", responses=responses("invalid_redrive_policy", "queue_not_found",
+                                               "validation_error", "database_unavailable"))
 async def update_queue(queue: str, body: QueueAttributesIn, service: ServiceDep) -> QueueOut:
     return QueueOut.of(await service.update_queue(queue, body.changes()))
 
 
 @router.delete("/{queue}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=responses(404, 503))
+               responses=responses("queue_not_found", "queue_in_use", "database_unavailable"))
 async def delete_queue(queue: str, service: ServiceDep) -> None:
     await service.delete_queue(queue)
 
 
-@router.post("/{queue}/purge", responses=responses(404, 503))
+@router.post("/{queue}/purge", responses=responses("queue_not_found", "database_unavailable"))
 async def purge_queue(queue: str, service: ServiceDep) -> Purged:
     return Purged(purged=await service.purge(queue))

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, status
 from app.api.deps import ServiceDep
 from app.api.problems import responses
 from app.api.schemas import DeadLetterSourcesOut, RedriveIn, RedriveTaskList, RedriveTaskOut
+from app.auth.guard import principal_of
 from app.queue.redrive import Redrives
 
 router = APIRouter(tags=["dead-letter queues"])
@@ -17,7 +18,8 @@ def _redrives(request: Request) -> Redrives:
     return redrives
 
 
-@router.get("/v1/queues/{queue}/dead-letter-sources", responses=responses(404, 503))
+@router.get("/v1/queues/{queue}/dead-letter-sources", operation_id="list_dead_letter_sources",
+            responses=responses("queue_not_found", "database_unavailable"))
 async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSourcesOut:
     """Queues whose redrive policy names this queue."""
     return DeadLetterSourcesOut(queues=await service.dead_letter_sources(queue))
@@ -26,7 +28,8 @@ async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSour
 @router.post(
     "/v1/queues/{queue}/redrive",
     status_code=status.HTTP_202_ACCEPTED,
-    responses=responses(404, 409, 422, 503),
+    responses=responses("queue_not_found", "redrive_in_progress", "validation_error",
+                        "database_unavailable"),
 )
 async def start_redrive(
     queue: str, request: Request, body: RedriveIn | None = None
@@ -39,20 +42,27 @@ async def start_redrive(
     return RedriveTaskOut.of(task)
 
 
-@router.get("/v1/queues/{queue}/redrive", responses=responses(404, 503))
+@router.get("/v1/queues/{queue}/redrive",
+            responses=responses("queue_not_found", "database_unavailable"))
 async def list_redrives(queue: str, request: Request) -> RedriveTaskList:
     """This dead-letter queue's redrive tasks, newest first."""
     tasks = await _redrives(request).list(queue)
     return RedriveTaskList(tasks=[RedriveTaskOut.of(t) for t in tasks])
 
 
-@router.get("/v1/redrive-tasks/{task_id}", responses=responses(404, 503))
+@router.get("/v1/redrive-tasks/{task_id}",
+            responses=responses("task_not_found", "database_unavailable"))
 async def get_redrive(task_id: str, request: Request) -> RedriveTaskOut:
     """A task's progress: `moved`, `remaining` (counted live), `status`."""
-    return RedriveTaskOut.of(await _redrives(request).get(task_id))
+    task = await _redrives(request).get(task_id)
+    principal_of(request).require("read", task.source)
+    return RedriveTaskOut.of(task)
 
 
-@router.delete("/v1/redrive-tasks/{task_id}", responses=responses(404, 503))
+@router.delete("/v1/redrive-tasks/{task_id}",
+               responses=responses("task_not_found", "database_unavailable"))
 async def cancel_redrive(task_id: str, request: Request) -> RedriveTaskOut:
     """Stop a running task; what it moved stays moved."""
+    task = await _redrives(request).get(task_id)
+    principal_of(request).require("admin", task.source)
     return RedriveTaskOut.of(await _redrives(request).cancel(task_id))

@@ -1,0 +1,70 @@
+-- The statements of the key store (app/auth/store.py).
+
+-- name: create_api_key
+INSERT INTO api_keys (id, name, secret_hash, sealed_secret, scopes, rate_per_second, expires_at)
+VALUES (:id, :name, :secret_hash, :sealed_secret, :scopes, :rate_per_second,
+        CASE WHEN CAST(:expires_in AS double precision) IS NULL THEN NULL
+             ELSE now() + make_interval(secs => :expires_in) END)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, scopes, rate_per_second, created_at, expires_at, revoked_at, last_used_at;
+
+-- name: get_api_key
+-- A usable key, with how many seconds it has left on the database clock.
+SELECT id, name, secret_hash, sealed_secret, scopes, rate_per_second,
+       EXTRACT(EPOCH FROM expires_at - now())::float8 AS seconds_left
+FROM api_keys
+WHERE id = :id AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now());
+
+-- name: list_api_keys
+SELECT id, name, scopes, rate_per_second, created_at, expires_at, revoked_at, last_used_at
+FROM api_keys
+ORDER BY created_at, id;
+
+-- name: revoke_api_key
+UPDATE api_keys SET revoked_at = now()
+WHERE id = :id AND revoked_at IS NULL
+RETURNING id;
+
+-- name: any_api_key
+SELECT EXISTS (
+    SELECT 1 FROM api_keys
+    WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+) AS any;
+
+-- name: touch_api_key
+-- At most once a minute per key: a busy key must not write on every request.
+UPDATE api_keys SET last_used_at = now()
+WHERE id = :id AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute');
+
+-- name: notify_keys
+SELECT pg_notify('leaseq', :notice);
+
+-- name: receipt_keys
+-- A new key verifies at once but signs only after :activation seconds, by
+-- when every process has heard of it.
+SELECT id, secret,
+       EXTRACT(EPOCH FROM created_at + make_interval(secs => :activation) - now())::float8
+           AS activates_in
+FROM receipt_keys WHERE retired_at IS NULL ORDER BY id;
+
+-- name: first_receipt_key
+INSERT INTO receipt_keys (id, secret) VALUES (1, :secret) ON CONFLICT (id) DO NOTHING;
+
+-- name: rotate_receipt_key
+-- Serialised by the table lock: two rotations at once must not pick one id.
+INSERT INTO receipt_keys (id, secret)
+SELECT COALESCE(max(id), 0) + 1, :secret FROM receipt_keys
+RETURNING id;
+
+-- name: lock_receipt_keys
+LOCK TABLE receipt_keys IN SHARE ROW EXCLUSIVE MODE;
+
+-- name: retire_receipt_key
+-- The newest key is never retired: something must sign.
+UPDATE receipt_keys SET retired_at = now()
+WHERE id = :id AND retired_at IS NULL
+  AND id <> (SELECT max(id) FROM receipt_keys WHERE retired_at IS NULL)
+RETURNING id;
+
+-- name: list_receipt_keys
+SELECT id, created_at, retired_at FROM receipt_keys ORDER BY id;

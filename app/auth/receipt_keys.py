@@ -1,0 +1,104 @@
+"""The keys that sign receipt handles, kept in the database and shared by
+every process of the service.
+
+Rotation: `leaseq keys rotate-receipts` adds a key. Every process hears of it
+(NOTIFY) and verifies with it at once, but signs with it only once it is
+ACTIVATION_SECONDS old, so no handle signed with a new key reaches a process
+that does not know the key yet. The older keys keep verifying the handles
+they signed until an operator retires them (`leaseq keys retire-receipts ID`),
+once no lease they signed can still be held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.auth.store import Q
+from app.queue.receipts import ReceiptSigner
+
+_log = logging.getLogger(__name__)
+
+NOTICE = "receipts:changed"
+ACTIVATION_SECONDS = 10.0
+
+
+class ReceiptKeyring:
+    """Loads the receipt keys into a signer, and reloads them when they change."""
+
+    def __init__(self, engine: AsyncEngine, *, legacy: bytes | None = None) -> None:
+        self._engine = engine
+        self.signer = ReceiptSigner({}, legacy=legacy)
+        """Empty until `start` has reached the database."""
+        self.loaded = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._reloading: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        async with self._engine.begin() as conn:
+            # Replicas starting together on a new database: the first insert wins.
+            await conn.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
+        await self.reload()
+        self.loaded = True
+
+    async def reload(self) -> None:
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(
+                Q.receipt_keys, {"activation": ACTIVATION_SECONDS}
+            )).all()
+        if not rows:
+            _log.error("no receipt key is left unretired; keeping the keys loaded before")
+            return
+        keys = {row.id: bytes(row.secret) for row in rows}
+        active = [row.id for row in rows if row.activates_in <= 0]
+        current = max(active) if active else min(keys)
+        self.signer.set_keys(keys, current=current)
+        pending = [row.activates_in for row in rows if row.activates_in > 0]
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if pending:
+            self._timer = asyncio.get_running_loop().call_later(
+                min(pending) + 0.05, self.on_notice, NOTICE
+            )
+
+    def on_notice(self, text: str) -> None:
+        if text not in (NOTICE, "*:changed") or not self.loaded:
+            return
+        if self._reloading is not None and not self._reloading.done():
+            return
+        self._reloading = asyncio.get_running_loop().create_task(self._reload_quietly())
+
+    async def _reload_quietly(self) -> None:
+        try:
+            await self.reload()
+        except Exception as exc:
+            _log.warning("could not re-read the receipt keys: %s", exc)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._reloading is not None:
+            self._reloading.cancel()
+
+
+async def rotate(conn: Any) -> int:
+    """Adds a receipt key (it signs after ACTIVATION_SECONDS); its id."""
+    await conn.execute(Q.lock_receipt_keys)
+    key_id: int = (await conn.execute(
+        Q.rotate_receipt_key, {"secret": secrets.token_bytes(32)}
+    )).scalar_one()
+    await conn.execute(Q.notify_keys, {"notice": NOTICE})
+    return key_id
+
+
+async def retire(conn: Any, key_id: int) -> bool:
+    """Retires a key (never the newest); handles it signed stop verifying."""
+    retired = (await conn.execute(Q.retire_receipt_key, {"id": key_id})).one_or_none()
+    if retired is not None:
+        await conn.execute(Q.notify_keys, {"notice": NOTICE})
+    return retired is not None

@@ -1,0 +1,270 @@
+"""The API keys of both front doors, kept in PostgreSQL.
+
+Every process caches the keys it has seen. A change (create, revoke) is
+announced with NOTIFY, and every process drops its cache when it hears one,
+so a revoked key stops working everywhere as soon as the notification
+arrives. While the LISTEN connection is down, cached keys live one second.
+
+Keys given in LEASEQ_SQS_CREDENTIALS (the older shorthand) live only in the
+configuration: each is a key with every scope, never written to the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.auth import tokens
+from app.auth.scopes import Principal, Scope, parse_scopes
+from app.errors import Unauthenticated
+from app.queue.sql import load
+
+Q = load("app.auth")
+_log = logging.getLogger(__name__)
+
+NOTICE = "keys:changed"
+CACHE_LISTENING = 60.0
+"""Seconds a cached key lives while changes are announced (a safety net only)."""
+CACHE_DEAF = 1.0
+"""Seconds a cached key lives while this process may miss an announcement."""
+MISSING_MAX = 10_000
+ALL_SCOPES = ("admin:*",)
+
+Transaction = Callable[..., AbstractAsyncContextManager[AsyncConnection]]
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    id: str
+    name: str
+    scopes: list[str]
+    rate_per_second: float | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> KeyInfo:
+        return cls(
+            id=row.id, name=row.name, scopes=list(row.scopes),
+            rate_per_second=row.rate_per_second, created_at=row.created_at,
+            expires_at=row.expires_at, revoked_at=row.revoked_at,
+            last_used_at=row.last_used_at,
+        )
+
+
+@dataclass(frozen=True)
+class _Cached:
+    principal: Principal
+    secret_hash: bytes
+    secret: str | None  # unsealed, for SigV4; None if this master cannot open it
+    until: float
+
+
+class KeyStore:
+    def __init__(
+        self,
+        transaction: Transaction,
+        *,
+        master: bytes,
+        listening: Callable[[], bool],
+        static: Mapping[str, str] | None = None,
+    ) -> None:
+        self._transaction = transaction
+        self._master = master
+        self._listening = listening
+        self._static = {
+            key_id: (Principal(key_id, "LEASEQ_SQS_CREDENTIALS", parse_scopes(ALL_SCOPES)),
+                     secret)
+            for key_id, secret in (static or {}).items()
+        }
+        self._cache: dict[str, _Cached] = {}
+        # Ids looked up and not found: a flood of made-up ids must not cost a
+        # query each. Dropped with the cache when keys change.
+        self._missing: dict[str, float] = {}
+        self._any_stored: bool | None = None  # None: not read yet
+        self._touched: dict[str, float] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def enforcing(self) -> bool:
+        """Keys exist, so every request must present one. Call `ensure` first."""
+        return bool(self._static) or bool(self._any_stored)
+
+    async def ensure(self) -> None:
+        """Reads whether keys exist if that is not known yet (the database was
+        down at start): DatabaseUnavailable until it can be read."""
+        if self._any_stored is None and not self._static:
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Re-read whether any usable key is stored."""
+        async with self._transaction(autocommit=True) as conn:
+            self._any_stored = bool((await conn.execute(Q.any_api_key)).scalar_one())
+
+    def on_notice(self, text: str) -> None:
+        """A notification: keys changed (or the channel was down: anything may have)."""
+        if text in (NOTICE, "*:changed"):
+            self._cache.clear()
+            self._missing.clear()
+            task = asyncio.get_running_loop().create_task(self._refresh_quietly())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as exc:  # the next notification or request tries again
+            _log.warning("could not re-read the API keys: %s", exc)
+
+    # -- checks -------------------------------------------------------------------
+
+    async def bearer(self, token: str) -> Principal:
+        """The principal of `<id>.<secret>`; Unauthenticated otherwise."""
+        parts = tokens.split_bearer(token)
+        if parts is None:
+            raise Unauthenticated("The API key is malformed: expected <key id>.<secret>.")
+        key_id, secret = parts
+        static = self._static.get(key_id)
+        if static is not None:
+            if not tokens.hash_matches(secret, tokens.secret_hash(static[1])):
+                raise Unauthenticated("The API key is not valid.")
+            return static[0]
+        cached = await self._lookup(key_id)
+        if cached is None or not tokens.hash_matches(secret, cached.secret_hash):
+            raise Unauthenticated("The API key is not valid, revoked or expired.")
+        self._touch(key_id)
+        return cached.principal
+
+    async def signing_secret(self, key_id: str) -> tuple[Principal, str] | None:
+        """The principal and secret of an access key id, for checking a SigV4 signature."""
+        static = self._static.get(key_id)
+        if static is not None:
+            return static
+        if not tokens.KEY_ID.fullmatch(key_id):
+            return None
+        cached = await self._lookup(key_id)
+        if cached is None or cached.secret is None:
+            return None
+        self._touch(key_id)
+        return cached.principal, cached.secret
+
+    async def _lookup(self, key_id: str) -> _Cached | None:
+        entry = self._cache.get(key_id)
+        now = time.monotonic()
+        if entry is not None and entry.until > now:
+            return entry
+        if self._missing.get(key_id, 0.0) > now:
+            return None
+        async with self._transaction(autocommit=True) as conn:
+            row = (await conn.execute(Q.get_api_key, {"id": key_id})).one_or_none()
+        lifetime = CACHE_LISTENING if self._listening() else CACHE_DEAF
+        if row is None:
+            self._cache.pop(key_id, None)
+            if len(self._missing) >= MISSING_MAX:
+                self._missing.clear()
+            self._missing[key_id] = now + lifetime
+            return None
+        secret = tokens.unseal(self._master, row.id, row.sealed_secret, row.secret_hash)
+        if secret is None:
+            _log.warning(
+                "API key %s was sealed with another LEASEQ_SECRET: it works on REST but "
+                "cannot sign SQS requests here", row.id,
+            )
+        if row.seconds_left is not None:
+            lifetime = min(lifetime, max(row.seconds_left, 0.0))
+        entry = _Cached(
+            principal=Principal(
+                key_id=row.id, name=row.name,
+                scopes=tuple(Scope.parse(s) for s in row.scopes),
+                rate_per_second=row.rate_per_second,
+            ),
+            secret_hash=bytes(row.secret_hash),
+            secret=secret,
+            until=now + lifetime,
+        )
+        self._cache[key_id] = entry
+        return entry
+
+    def _touch(self, key_id: str) -> None:
+        # last_used_at is for operators: written at most once a minute per key
+        # per process, after the answer, never on the request's own time.
+        now = time.monotonic()
+        if self._touched.get(key_id, 0.0) > now:
+            return
+        self._touched[key_id] = now + 60.0
+        task = asyncio.get_running_loop().create_task(self._write_touch(key_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _write_touch(self, key_id: str) -> None:
+        with contextlib.suppress(Exception):
+            async with self._transaction(autocommit=True) as conn:
+                await conn.execute(Q.touch_api_key, {"id": key_id})
+
+    # -- management ---------------------------------------------------------------
+
+    async def create(
+        self,
+        name: str,
+        scopes: list[str],
+        *,
+        expires_in: float | None = None,
+        rate_per_second: float | None = None,
+        key_id: str | None = None,
+        secret: str | None = None,
+    ) -> tuple[KeyInfo, str] | None:
+        """A new key and its secret (shown once). With `key_id` and `secret` given
+        (a bootstrap key), None when that id exists already."""
+        parse_scopes(scopes)
+        key_id = key_id or tokens.new_key_id()
+        secret = secret or tokens.new_secret()
+        async with self._transaction() as conn:
+            row = (await conn.execute(Q.create_api_key, {
+                "id": key_id, "name": name,
+                "secret_hash": tokens.secret_hash(secret),
+                "sealed_secret": tokens.seal(self._master, key_id, secret),
+                "scopes": [str(Scope.parse(s)) for s in scopes],
+                "rate_per_second": rate_per_second,
+                "expires_in": expires_in,
+            })).one_or_none()
+            if row is None:
+                return None
+            await conn.execute(Q.notify_keys, {"notice": NOTICE})
+        self._any_stored = True
+        self._missing.pop(key_id, None)
+        return KeyInfo.of(row), secret
+
+    async def list(self) -> list[KeyInfo]:
+        async with self._transaction(autocommit=True) as conn:
+            return [KeyInfo.of(r) for r in await conn.execute(Q.list_api_keys)]
+
+    async def revoke(self, key_id: str) -> bool:
+        if not tokens.KEY_ID.fullmatch(key_id):
+            return False  # no key has such an id; and PostgreSQL refuses a NUL
+        async with self._transaction() as conn:
+            revoked = (await conn.execute(Q.revoke_api_key, {"id": key_id})).one_or_none()
+            if revoked is not None:
+                await conn.execute(Q.notify_keys, {"notice": NOTICE})
+        self._cache.pop(key_id, None)
+        return revoked is not None
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
