@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -18,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.api import problems
 from app.api.routes import health, keys, messages, queues, redrive
-from app.auth.guard import Guard, RateLimiter
+from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
 from app.auth.tokens import split_bearer
@@ -46,22 +47,35 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"The request body is larger than {max_bytes} bytes.")
 
 
+SMALL_BODY_BYTES = 1024 * 1024
+"""The body limit of every route but sends: the largest of their bodies (a
+batch of receipt handles, a 64 KiB checkpoint cursor) is far below it."""
+_SEND_PATH = re.compile(r"^/v1/queues/[^/]+/messages$")
+
+
 class LimitBodyAndCount:
     """Refuses request bodies over a size (413, even when chunked) and counts
-    responses by route and status for /metrics."""
+    responses by route and status for /metrics. Sends (REST and the SQS door)
+    may carry a full batch of the largest messages; other routes, a megabyte."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, counts: Counter[tuple[str, str, int]]):
         self.app = app
-        self.max_bytes = max_bytes
+        self.send_bytes = max_bytes
+        self.other_bytes = min(max_bytes, SMALL_BODY_BYTES)
         self.counts = counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        target = scope["path"]
+        sends = (scope["method"] == "POST" and _SEND_PATH.match(target) is not None) or (
+            is_sqs_door(target)
+        )
+        max_bytes = self.send_bytes if sends else self.other_bytes
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large(scope, send)
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            await self._too_large(scope, send, max_bytes)
             return
         seen = 0
         status = 500
@@ -72,8 +86,8 @@ class LimitBodyAndCount:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _BodyTooLarge(self.max_bytes)
+                if seen > max_bytes:
+                    raise _BodyTooLarge(max_bytes)
             return message
 
         async def counting_send(message: Message) -> None:
@@ -88,16 +102,16 @@ class LimitBodyAndCount:
         except _BodyTooLarge:
             if started:
                 raise
-            await self._too_large(scope, send)
+            await self._too_large(scope, send, max_bytes)
             return
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
             self.counts[(scope["method"], path, status)] += 1
 
-    async def _too_large(self, scope: Scope, send: Send) -> None:
+    async def _too_large(self, scope: Scope, send: Send, max_bytes: int) -> None:
         response = problems.problem(
-            413, "request_too_large", f"The request body is larger than {self.max_bytes} bytes."
+            413, "request_too_large", f"The request body is larger than {max_bytes} bytes."
         )
         await response(scope, _empty_receive, send)
 

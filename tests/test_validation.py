@@ -544,7 +544,25 @@ async def test_the_default_limits_come_from_the_queue_limits(
                    "request_too_large")
     under = b'{"messages": [' + b",".join([b'{"body":"m"}'] * 700_000) + b"]}"
     assert len(under) < limit
-    expect_invalid(await client.post(url, content=under, headers=JSON))
+    # Refused by the parser at the 45th object, not after building 700,000.
+    refused = expect_invalid(await client.post(url, content=under, headers=JSON))
+    assert "stopped reading after 44 objects and numbers" in refused["detail"]
+    numbers = b'{"messages": [{"body": "x", "delay": 1}], "x": [' + b"1," * 100_000 + b"1]}"
+    assert "stopped reading" in expect_invalid(
+        await client.post(url, content=numbers, headers=JSON))["detail"]
+    # Longer than any message: refused by its size, unread by the character check.
+    huge = raw({"body": "\u0000" + "m" * 2_000_000}).encode()
+    expect_problem(await client.post(url, content=huge, headers=JSON), 413,
+                   "message_too_large")
+    # Only sends may carry more than a megabyte.
+    (handle,) = [m["receipt_handle"] for m in await receive(client, queue)]
+    handles = json.dumps({"receipt_handles": [handle] * 9 + ["h" * 1_100_000]}).encode()
+    expect_problem(await client.post(f"{url}/delete", content=handles, headers=JSON), 413,
+                   "request_too_large")
+    # A checkpoint's cursor is JSON of the caller's: not counted, only sized.
+    cursor = {"cursor": [{"i": i} for i in range(2_000)]}
+    saved = await client.put(f"{url}/{handle}/checkpoint", json=cursor)
+    assert saved.status_code == 200, saved.text
     assert await message_count(db) == 10
 
 

@@ -68,7 +68,7 @@ _RULES: list[tuple[str, re.Pattern[str], str]] = [
     ]
 ]
 _SQS_PATH = re.compile(r"^/(?:[0-9]{12}/[^/]+)?$")
-_CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def required(method: str, path: str) -> tuple[str, str | None] | None:
@@ -202,7 +202,7 @@ class Guard:
             raise Forbidden("Requests made by another site's page are not allowed.")
 
     def _check_json(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
-        if scope["method"] not in _CHANGES:
+        if scope["method"] not in BODY_METHODS:
             return
         content_type = headers.get(b"content-type")
         if content_type is None:

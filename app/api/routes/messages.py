@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
+from app.api.bounded_json import BoundedJsonRoute
 from app.api.deps import ServiceDep, check_batch, service_of, settings_of
 from app.api.disconnect import client_gone
 from app.api.problems import entry_error, responses
@@ -30,7 +31,9 @@ from app.api.schemas import (
 from app.queue import limits
 from app.queue.models import EntryError, Lease, OutgoingMessage
 
-router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
+router = APIRouter(
+    prefix="/v1/queues/{queue}", tags=["messages"], route_class=BoundedJsonRoute
+)
 
 
 @router.post(
