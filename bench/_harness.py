@@ -80,17 +80,23 @@ class Service:
 
 
 @contextlib.contextmanager
-def running_service(*, pool_size: int = 10, workers: int | None = None) -> Iterator[Service]:
-    """`leaseq serve` in a fresh data directory; `workers` None: its default."""
+def running_service(*, pool_size: int = 10, workers: int | None = None,
+                    env: dict[str, str] | None = None) -> Iterator[Service]:
+    """`leaseq serve` in a fresh data directory; `workers` None: its default;
+    `env`: variables set for the service on top of the bench's own (e.g.
+    LEASEQ_ADMIN_KEY, or DATABASE_URL)."""
     data_dir = Path(tempfile.mkdtemp(prefix="leaseq-bench-"))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEQ_")}
-    env.update(LEASEQ_LOG_LEVEL="warning", LEASEQ_POOL_SIZE=str(pool_size))
+    service_env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEQ_")}
+    # The heartbeat load extends its leases 100 to a request (the default cap is 10).
+    service_env.update(LEASEQ_LOG_LEVEL="warning", LEASEQ_POOL_SIZE=str(pool_size),
+                       LEASEQ_MAX_BATCH="100")
+    service_env.update(env or {})
     log = (data_dir / "service.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(data_dir),
          *([] if workers is None else ["--workers", str(workers)])],
-        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=service_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     service = Service(proc, port, data_dir, workers or 1)
     if threading.current_thread() is threading.main_thread():
@@ -123,16 +129,19 @@ class Http:
     """One keep-alive HTTP/1.1 connection; one request at a time."""
 
     def __init__(
-        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self._port = port
         self._reader = reader
         self._writer = writer
+        # Sent with every request (e.g. {"Authorization": "Bearer <id>.<secret>"}).
+        self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
 
     @classmethod
-    async def open(cls, port: int) -> Http:
+    async def open(cls, port: int, headers: dict[str, str] | None = None) -> Http:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(port, reader, writer)
+        return cls(port, reader, writer, headers)
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """Sends JSON, returns (status, decoded JSON body or None)."""
@@ -141,9 +150,13 @@ class Http:
 
     async def raw(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         payload = b"" if body is None else json.dumps(body).encode()
+        # Host: a loopback name. The service answers only to those by default when
+        # bound to loopback (LEASEQ_ALLOWED_HOSTS, against DNS rebinding): `bench`
+        # is refused with 400 host_not_allowed.
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            f"{self._extra}\r\n"
         ).encode()
         self._writer.write(head + payload)
         await self._writer.drain()

@@ -91,8 +91,9 @@ async def _raw_client(dsn: str, queue_id: int, batch: int, until: float, share: 
         await conn.close()
 
 
-async def _rest_client(port: int, queue: str, batch: int, until: float, share: Share) -> None:
-    http = await Http.open(port)
+async def _rest_client(port: int, queue: str, batch: int, until: float, share: Share,
+                       headers: dict[str, str] | None = None) -> None:
+    http = await Http.open(port, headers)
     base = f"/v1/queues/{queue}"
     try:
         while time.monotonic() < until:
@@ -146,7 +147,7 @@ async def _floor_client(port: int, until: float, share: Share) -> None:
 
 
 def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
-               seconds: float) -> Share:
+               seconds: float, headers: dict[str, str] | None = None) -> Share:
     """One generator process: `clients` concurrent clients for `seconds`."""
     share = Share()
     cpu = _cpu()
@@ -158,7 +159,8 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
         elif kind == "floor":
             runs = [_floor_client(target, until, share) for _ in range(clients)]
         else:
-            runs = [_rest_client(target, queue, batch, until, share) for _ in range(clients)]
+            runs = [_rest_client(target, queue, batch, until, share, headers)
+                    for _ in range(clients)]
         await asyncio.gather(*runs)
 
     asyncio.run(main())
@@ -185,19 +187,22 @@ class Result:
 
 
 def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds: float,
-        processes: int, remaining: Any, service_cpu: Any = None) -> Result:
+        processes: int, remaining: Any, service_cpu: Any = None,
+        headers: dict[str, str] | None = None) -> Result:
     """Runs the cycle with `clients` spread over `processes` generator processes.
 
     `remaining()` returns the ids still in the queue afterwards (the cycle's
     last sends may be unclaimed: not lost); `service_cpu()` the service's CPU
-    seconds so far, if there is a service.
+    seconds so far, if there is a service; `headers` go with every REST request
+    (an API key's Authorization).
     """
     processes = max(1, min(processes, clients))
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     cpu_before = service_cpu() if service_cpu else None
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds) for n in per]
+        futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds, headers)
+                   for n in per]
         shares = [f.result() for f in futures]
     wall = time.monotonic() - start
     sent = [m for s in shares for m in s.sent]
