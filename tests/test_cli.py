@@ -184,3 +184,12 @@ def test_serve_refuses_a_public_address_without_a_key(database_url: str) -> None
     no_key = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
     assert no_key.returncode == 2
     assert "leaseq keys create" in no_key.stderr and "--insecure" in no_key.stderr
+
+
+def test_serve_insecure_listens_open_on_a_public_address(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    service = services.start(tmp_path / "data", extra_args=("--host", "0.0.0.0", "--insecure"))
+    service.wait_healthy()
+    round_trip(service, "insecure")
+    assert service.stop() == 0, service.log()
