@@ -32,6 +32,19 @@ from app.main import create_app
 
 EXTERNAL_URL = os.environ.get("DATABASE_URL") or None
 
+_DATABASE_FIXTURES = frozenset({"server_url", "template_db", "database_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Puts every test in its tier: e2e where the test says so (it runs real
+    processes), integration where it uses PostgreSQL, unit otherwise."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        tier = pytest.mark.integration if fixtures & _DATABASE_FIXTURES else pytest.mark.unit
+        item.add_marker(tier)
+
 
 def with_database(url: str, database: str) -> str:
     return make_url(url).set(database=database).render_as_string(hide_password=False)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from app.db.engine import plain_url
 from app.db.migrate import alembic_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from processes import (
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 LEASE = 3600  # long enough that nothing is handed out twice while draining
 BATCH = 5

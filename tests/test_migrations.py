@@ -69,6 +69,7 @@ async def test_the_messages_table_is_vacuumed_by_dead_tuples_not_by_its_size(
     assert "autovacuum_vacuum_cost_delay=0" in options
 
 
+@pytest.mark.e2e
 async def test_replicas_migrating_together_take_turns_on_the_advisory_lock(
     empty_database: str,
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from processes import ServiceProcesses
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

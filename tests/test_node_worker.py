@@ -28,7 +28,8 @@ TESTS = Path(__file__).resolve().parent
 WORKER = TESTS.parent / "examples" / "node-worker" / "worker.js"
 HANDLER = TESTS / "worker_handlers" / "node_handler.mjs"
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(NODE is None, reason="node is not installed")]
 
 
 class NodeWorker:

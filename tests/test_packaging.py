@@ -220,6 +220,7 @@ def test_migrate_finds_the_scripts() -> None:
 # --- the CLI --------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_python_m_app_help_lists_the_commands() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "app", "--help"],

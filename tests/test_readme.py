@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 

@@ -19,6 +19,8 @@ pytest.importorskip("kombu.transport.SQS", reason="celery[sqs] (kombu's SQS tran
                     "is not installed")
 pytest.importorskip("pycurl", reason="pycurl (kombu's SQS HTTP client) is not installed")
 
+pytestmark = pytest.mark.e2e
+
 TASKS = '''
 import os
 from celery import Celery

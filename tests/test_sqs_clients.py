@@ -18,6 +18,8 @@ import pytest
 from sqs_clients import ACCOUNT, client, run
 from support import eventually, wait_until
 
+pytestmark = pytest.mark.e2e
+
 AWS = str(Path(sys.executable).parent / "aws")
 NODE = shutil.which("node")
 NPM = shutil.which("npm")

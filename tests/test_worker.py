@@ -94,6 +94,7 @@ async def stats(api: AsyncClient, queue: str) -> dict[str, Any]:
 # -- the package stands alone --------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_importing_app_worker_loads_no_server_module() -> None:
     code = "import json, sys, app.worker; print(json.dumps(sorted(sys.modules)))"
     result = subprocess.run(
@@ -106,6 +107,7 @@ def test_importing_app_worker_loads_no_server_module() -> None:
     assert server_modules(loaded) == []
 
 
+@pytest.mark.e2e
 def test_leaseq_worker_loads_no_server_module(tmp_path: Path) -> None:
     # The probe handler module records sys.modules when the worker imports it;
     # `missing` then makes the command stop with exit 2.
@@ -817,6 +819,7 @@ def test_the_cli_s_retry_options_give_the_worker_a_backoff_or_leave_it_to_the_qu
         backoff("--retry-multiplier", "3")
 
 
+@pytest.mark.e2e
 def test_the_cli_refuses_a_handler_it_cannot_load() -> None:
     result = subprocess.run(
         [LEASEQ, "worker", "--queue", "q", "no_such_module_here:handle"],
@@ -831,6 +834,7 @@ def test_the_cli_refuses_a_handler_it_cannot_load() -> None:
     assert bad.returncode == 2 and "is not module:function" in bad.stderr
 
 
+@pytest.mark.e2e
 async def test_the_cli_reports_a_missing_queue(url: str) -> None:
     process = await asyncio.create_subprocess_exec(
         LEASEQ, "worker", "--queue", "absent", "--url", url, "--app-dir", str(TESTS),

@@ -32,7 +32,7 @@ from processes import LEASEQ, Service, ServiceProcesses, service_env, wait_until
 from sqlalchemy.engine import make_url
 from worker_handlers.effects import ENV, EffectStore, Event
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 TESTS = Path(__file__).resolve().parent
 STEPS = "worker_handlers.faults:steps"

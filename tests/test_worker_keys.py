@@ -16,6 +16,8 @@ from support import wait_until
 
 from app.worker import AsyncClient, ClientError, Message, Worker
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 NODE = shutil.which("node")
 

@@ -21,11 +21,14 @@ from app.worker import AsyncClient
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "curl-worker.sh"
 
-pytestmark = pytest.mark.skipif(
-    not all(shutil.which(tool) for tool in ("bash", "curl", "jq"))
-    or not Path("/proc/uptime").exists(),
-    reason="the shell worker needs bash, curl, jq and /proc/uptime",
-)
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not all(shutil.which(tool) for tool in ("bash", "curl", "jq"))
+        or not Path("/proc/uptime").exists(),
+        reason="the shell worker needs bash, curl, jq and /proc/uptime",
+    ),
+]
 
 
 @pytest.fixture
