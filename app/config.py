@@ -15,6 +15,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MAX_MESSAGE_BYTES = 1_048_576  # the largest max_message_bytes (app/queue/limits.py)
 
 
+def parse_credentials(text: str) -> dict[str, str]:
+    """`KEY1:secret1,KEY2:secret2` -> {key: secret}: the keys of LEASEQ_SQS_CREDENTIALS."""
+    pairs: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, secret = item.partition(":")
+        if not sep or not key.strip() or not secret.strip():
+            raise ValueError("LEASEQ_SQS_CREDENTIALS is ACCESS_KEY:SECRET pairs, comma-separated")
+        pairs[key.strip()] = secret.strip()
+    if not pairs:
+        raise ValueError("LEASEQ_SQS_CREDENTIALS names no access key")
+    return pairs
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -166,8 +182,6 @@ class Settings(BaseSettings):
     def _credential_pairs(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value().strip():
             return None
-        from app.sqs.sigv4 import parse_credentials
-
         parse_credentials(value.get_secret_value())
         return value
 

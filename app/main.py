@@ -23,7 +23,7 @@ from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
 from app.auth.tokens import split_bearer
-from app.config import Settings, get_settings
+from app.config import Settings, get_settings, parse_credentials
 from app.db.engine import create_engine
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.redrive import Redrives
@@ -32,7 +32,6 @@ from app.queue.service import QueueService
 from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
-from app.sqs.sigv4 import parse_credentials
 
 _log = logging.getLogger(__name__)
 

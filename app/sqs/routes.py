@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.disconnect import client_gone
+from app.asgi.disconnect import client_gone
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
 from app.config import Settings

@@ -38,22 +38,6 @@ _CREDENTIAL = re.compile(
 )
 
 
-def parse_credentials(text: str) -> dict[str, str]:
-    """`KEY1:secret1,KEY2:secret2` -> {key: secret}."""
-    pairs: dict[str, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, secret = item.partition(":")
-        if not sep or not key.strip() or not secret.strip():
-            raise ValueError("LEASEQ_SQS_CREDENTIALS is ACCESS_KEY:SECRET pairs, comma-separated")
-        pairs[key.strip()] = secret.strip()
-    if not pairs:
-        raise ValueError("LEASEQ_SQS_CREDENTIALS names no access key")
-    return pairs
-
-
 def access_key(authorization: str | None) -> str | None:
     """The access key a request names, signed or not (the sender's id)."""
     if not authorization:

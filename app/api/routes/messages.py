@@ -8,7 +8,6 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.bounded_json import BoundedJsonRoute
 from app.api.deps import ServiceDep, check_batch, service_of, settings_of
-from app.api.disconnect import client_gone
 from app.api.problems import entry_error, responses
 from app.api.schemas import (
     BatchResults,
@@ -28,6 +27,7 @@ from app.api.schemas import (
     VisibilityBatchIn,
     VisibilityIn,
 )
+from app.asgi.disconnect import client_gone
 from app.queue import limits
 from app.queue.models import EntryError, Lease, OutgoingMessage
 

@@ -1,0 +1,1 @@
+"""ASGI helpers both front doors share (REST and SQS import nothing of each other)."""
