@@ -21,7 +21,7 @@ ENV PYTHONUNBUFFERED=1 \
 # migrations as the package `app._alembic` (see [tool.setuptools] in
 # pyproject.toml), so the source tree is not needed at run time and is removed.
 # README.m[d] is a glob so that the build works whether or not README.md exists.
-COPY pyproject.toml README.m[d] /tmp/src/
+COPY pyproject.toml README.m[d] LICENSE /tmp/src/
 COPY app /tmp/src/app
 COPY alembic /tmp/src/alembic
 RUN pip install /tmp/src \

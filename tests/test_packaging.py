@@ -158,10 +158,11 @@ def test_dockerfile_copies_what_the_wheel_build_needs() -> None:
         if not arguments.startswith("--from")
         for source in shlex.split(arguments)[:-1]
     }
-    assert {"pyproject.toml", "app", "alembic"} <= copied
+    # LICENSE too: pyproject's license-files must match a file for the build.
+    assert {"pyproject.toml", "LICENSE", "app", "alembic"} <= copied
     assert "pip install" in " ".join(_instruction("RUN"))
     ignored = (ROOT / ".dockerignore").read_text().split()
-    assert not {"app", "alembic", "pyproject.toml"} & set(ignored)
+    assert not {"app", "alembic", "pyproject.toml", "LICENSE"} & set(ignored)
 
 
 # --- the wheel ------------------------------------------------------------------
