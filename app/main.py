@@ -171,8 +171,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.redrives = redrives = Redrives(
             service, hold_seconds=settings.redrive_hold_seconds
         )
-        app.state.redrive_idle = asyncio.Event()
-        app.state.vacuum_rounds = asyncio.Event()
         listener.start()
         background = [
             asyncio.create_task(
@@ -180,11 +178,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-retention",
             ),
             asyncio.create_task(
-                redrives.run_forever(settings.redrive_scan_seconds, app.state.redrive_idle),
+                redrives.run_forever(settings.redrive_scan_seconds),
                 name="leaseq-redrive",
             ),
             asyncio.create_task(
-                vacuum_forever(service, settings.vacuum_check_seconds, app.state.vacuum_rounds),
+                vacuum_forever(service, settings.vacuum_check_seconds),
                 name="leaseq-vacuum",
             ),
         ]

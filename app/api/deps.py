@@ -29,13 +29,7 @@ async def _service(request: Request) -> QueueService:
     return service
 
 
-async def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 ServiceDep = Annotated[QueueService, Depends(_service)]
-SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
 def check_batch(size: int, settings: Settings) -> None:

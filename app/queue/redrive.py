@@ -124,10 +124,10 @@ class Redrives:
 
     # -- the runner -------------------------------------------------------------
 
-    async def run_forever(self, scan_seconds: float, idle: asyncio.Event | None = None) -> None:
+    async def run_forever(self, scan_seconds: float) -> None:
         """Runs tasks as they come: at once when started here, and ones whose
         runner died (another process's, or this one's before a restart) within
-        `scan_seconds`. `idle` is set whenever no task is left to take."""
+        `scan_seconds`."""
         current: tuple[uuid.UUID, int | None] | None = None
         while True:
             try:
@@ -145,13 +145,9 @@ class Redrives:
             except Exception:
                 _log.exception("redrive runner failed")
                 current = None
-            if idle is not None:
-                idle.set()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=scan_seconds)
-            if idle is not None:
-                idle.clear()
 
     async def _take(self) -> tuple[uuid.UUID, int | None] | None:
         async with self._service.transaction() as conn:

@@ -13,7 +13,6 @@ this costs one small query a round.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from app.queue.catalog import QueueCatalog
@@ -44,8 +43,6 @@ async def vacuum_if_needed(catalog: QueueCatalog) -> bool:
     return True
 
 
-async def vacuum_forever(
-    catalog: QueueCatalog, interval: float, rounds: asyncio.Event | None = None
-) -> None:
-    """A round every `interval` seconds; `rounds` is set after each (for tests)."""
-    await every(interval, lambda: vacuum_if_needed(catalog), what="vacuum check", rounds=rounds)
+async def vacuum_forever(catalog: QueueCatalog, interval: float) -> None:
+    """A round every `interval` seconds."""
+    await every(interval, lambda: vacuum_if_needed(catalog), what="vacuum check")

@@ -160,9 +160,6 @@ class LeaseClock:
         with self._lock:
             self._closed = True
 
-    def wait_fired(self, timeout: float | None = None) -> bool:
-        return self._fired.wait(timeout)
-
 
 async def heartbeat(lease: LeaseClock, client: AsyncClient, queue: str) -> None:
     """Extend the lease by its full length every period until cancelled.
