@@ -21,10 +21,13 @@ ENV PYTHONUNBUFFERED=1 \
 # migrations as the package `app._alembic` (see [tool.setuptools] in
 # pyproject.toml), so the source tree is not needed at run time and is removed.
 # README.m[d] is a glob so that the build works whether or not README.md exists.
+# The client package (clients/python) is a dependency of the server, installed
+# from the same tree; its LICENSE is a link to ../../LICENSE, copied beside it.
 COPY pyproject.toml README.m[d] LICENSE /tmp/src/
+COPY clients/python /tmp/src/clients/python
 COPY app /tmp/src/app
 COPY alembic /tmp/src/alembic
-RUN pip install /tmp/src \
+RUN pip install /tmp/src/clients/python /tmp/src \
     && rm -rf /tmp/src
 
 # An unprivileged user. Its data directory holds the embedded PostgreSQL (and

@@ -1,18 +1,17 @@
-"""The `leaseq` command: serve, migrate, worker.
+"""The server's commands: serve, migrate, keys. The `leaseq` command is the
+client package's (leaseq.cli); it hands these to `main` here through the
+`leaseq.commands` entry point, and `leaseq worker` stays the client's.
 
-Server modules are imported inside the commands that need them: `leaseq worker`
-loads only `app.worker` (and httpx), never FastAPI, SQLAlchemy or asyncpg.
+Server modules are imported inside the commands that need them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,6 @@ from app import __version__
 if TYPE_CHECKING:
     from app.config import Settings
     from app.db.embedded import EmbeddedPostgres
-    from app.worker import Backoff
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,7 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("migrate", help="apply the database migrations to DATABASE_URL")
-    _worker_parser(commands)
+    # `leaseq worker` is the client package's (leaseq.cli); listed here for --help.
+    commands.add_parser(
+        "worker", add_help=False,
+        help="run a handler for the messages of a queue (leaseq worker --help)",
+    )
     _keys_parser(commands)
     return parser
 
@@ -86,79 +88,19 @@ def _keys_parser(commands: Any) -> None:
     actions.add_parser("list-receipts", help="list the receipt keys")
 
 
-def _worker_parser(commands: Any) -> None:
-    worker = commands.add_parser(
-        "worker",
-        help="run a handler for the messages of a queue (see docs/workers.md)",
-        description="Receive messages from a leaseq service and run HANDLER (module:function, "
-        "a sync or async function taking (message, ctx)) for each, with heartbeats and a "
-        "watchdog that cancels the handler when its lease is lost. SIGTERM or SIGINT stops "
-        "receiving and lets in-flight handlers finish within the grace period.",
-    )
-    worker.add_argument("handler", metavar="module:function", help="the handler to run")
-    worker.add_argument("--queue", required=True, help="queue to receive from")
-    worker.add_argument("--concurrency", type=int, default=1, help="handlers at once (1)")
-    worker.add_argument(
-        "--url", help="the service (LEASEQ_URL, default http://127.0.0.1:8000)"
-    )
-    worker.add_argument(
-        "--api-key", help="<key id>.<secret> when the service requires keys (LEASEQ_API_KEY)"
-    )
-    worker.add_argument(
-        "--lease", type=int, help="seconds per lease and per extension (the queue's timeout)"
-    )
-    worker.add_argument(
-        "--heartbeat-period", type=float, help="seconds between heartbeats (lease / 3)"
-    )
-    worker.add_argument(
-        "--heartbeat", choices=["auto", "task", "thread"], default="auto",
-        help="where heartbeats run: an asyncio task, or a thread of their own "
-        "(auto: task for async handlers, thread for sync ones)",
-    )
-    worker.add_argument("--wait", type=int, default=20, help="long-poll seconds, 0-20 (20)")
-    worker.add_argument(
-        "--grace", type=float, default=30.0, help="seconds in-flight handlers get at shutdown"
-    )
-    retries = worker.add_argument_group(
-        "retries",
-        "Without these options a failed message is released with no delay of the "
-        "worker's: the queue's retry ladder (its retry_backoff attribute) decides, and "
-        "on a queue without one the message is retried at once. --retry-delay gives the "
-        "worker a backoff of its own, whose delay overrides the queue's ladder.",
-    )
-    retries.add_argument(
-        "--retry-delay", type=float,
-        help="seconds before a failed message is retried, first time (0: at once)",
-    )
-    retries.add_argument(
-        "--retry-multiplier", type=float,
-        help="growth of the retry delay per attempt (2; needs --retry-delay)",
-    )
-    retries.add_argument(
-        "--retry-max", type=float, help="longest retry delay (900; needs --retry-delay)"
-    )
-    retries.add_argument(
-        "--retry-jitter", type=float,
-        help="spread of the retry delay, a fraction (0.2; needs --retry-delay)",
-    )
-    worker.add_argument(
-        "--app-dir", default=".", help="directory put first on sys.path to import from (.)"
-    )
-    worker.add_argument(
-        "--log-level", default=os.environ.get("LEASEQ_LOG_LEVEL", "info"), help="log level"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["worker"]:
+        from leaseq.cli import main as client_main
+
+        return client_main(given)
+    args = _parser().parse_args(given)
     if args.command == "migrate":
         return _migrate()
-    if args.command == "worker":
-        return _worker(args)
     if args.command == "keys":
         return _keys(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
-        args = _parser().parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
+        args = _parser().parse_args(["serve", *given])
     from app.errors import EmbeddedPostgresError
 
     try:
@@ -355,80 +297,3 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
             super().handle_exit(sig, frame)
 
     _Server(uvicorn.Config(app, **common)).run()  # type: ignore[arg-type]
-
-
-def load_handler(spec: str, app_dir: str = ".") -> Callable[..., Any]:
-    """`module:function` (the function may be a dotted attribute path), imported
-    with `app_dir` first on sys.path."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"{spec!r} is not module:function")
-    path = str(Path(app_dir).resolve())
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    target: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
-    handler: Callable[..., Any] = target
-    return handler
-
-
-def worker_backoff(args: argparse.Namespace) -> Backoff | None:
-    """The worker's own backoff from the --retry-* options; None (the queue's retry
-    ladder decides) without --retry-delay. ValueError for options that do not fit."""
-    from app.worker import Backoff
-
-    if args.retry_delay is None:
-        given = [
-            f"--retry-{name}" for name in ("multiplier", "max", "jitter")
-            if getattr(args, f"retry_{name}") is not None
-        ]
-        if given:
-            verb = "needs" if len(given) == 1 else "need"
-            raise ValueError(f"{', '.join(given)} {verb} --retry-delay")
-        return None
-    options: dict[str, float] = {"initial": args.retry_delay}
-    for name, field in (("multiplier", "multiplier"), ("max", "maximum"), ("jitter", "jitter")):
-        value = getattr(args, f"retry_{name}")
-        if value is not None:
-            options[field] = value
-    return Backoff(**options)
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from app.worker import ClientError, Worker
-
-    logging.basicConfig(
-        level=str(args.log_level).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        handler = load_handler(args.handler, args.app_dir)
-    except (ImportError, AttributeError, ValueError) as exc:
-        print(f"leaseq worker: cannot load {args.handler}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        worker = Worker(
-            handler,
-            queue=args.queue,
-            url=args.url,
-            concurrency=args.concurrency,
-            lease=args.lease,
-            heartbeat_period=args.heartbeat_period,
-            heartbeat=args.heartbeat,
-            wait=args.wait,
-            grace=args.grace,
-            backoff=worker_backoff(args),
-            api_key=args.api_key,
-        )
-    except ValueError as exc:
-        print(f"leaseq worker: {exc}", file=sys.stderr)
-        return 2
-    try:
-        worker.run()
-    except ClientError as exc:
-        print(f"leaseq worker: {exc}", file=sys.stderr)
-        return 1
-    return 0

@@ -21,7 +21,7 @@ import pytest
 from processes import service_env
 from support import wait_until
 
-from app.worker import AsyncClient
+from leaseq import AsyncClient
 
 NODE = shutil.which("node")
 TESTS = Path(__file__).resolve().parent

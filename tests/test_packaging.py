@@ -120,9 +120,14 @@ def test_dockerfile_runs_a_declared_console_script_with_a_valid_command() -> Non
     cmd = _instruction("CMD")
     assert entrypoint, "Dockerfile has no ENTRYPOINT"
     argv = _command_form(entrypoint[-1]) + (_command_form(cmd[-1]) if cmd else [])
-    scripts = _pyproject()["project"]["scripts"]
-    assert argv[0] in scripts, f"{argv[0]!r} is not in [project.scripts] {sorted(scripts)}"
-    assert scripts[argv[0]] == "app.cli:main"
+    # The command is the client package's; it hands everything but `worker` to the
+    # server's CLI through the entry point the server declares.
+    client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())
+    scripts = client["project"]["scripts"]
+    assert argv[0] in scripts, f"{argv[0]!r} is not in the client's scripts {sorted(scripts)}"
+    assert scripts[argv[0]] == "leaseq.cli:main"
+    commands = _pyproject()["project"]["entry-points"]["leaseq.commands"]
+    assert commands == {"server": "app.cli:main"}
     try:
         args = _parser().parse_args(argv[1:])
     except SystemExit:
@@ -159,7 +164,7 @@ def test_dockerfile_copies_what_the_wheel_build_needs() -> None:
         for source in shlex.split(arguments)[:-1]
     }
     # LICENSE too: pyproject's license-files must match a file for the build.
-    assert {"pyproject.toml", "LICENSE", "app", "alembic"} <= copied
+    assert {"pyproject.toml", "LICENSE", "clients/python", "app", "alembic"} <= copied
     assert "pip install" in " ".join(_instruction("RUN"))
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert not {"app", "alembic", "pyproject.toml", "LICENSE"} & set(ignored)

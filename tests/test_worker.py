@@ -25,9 +25,8 @@ import pytest
 from processes import LEASEQ, service_env
 from support import wait_until
 
-import app.worker
-from app.cli import _parser, worker_backoff
-from app.worker import (
+import leaseq
+from leaseq import (
     ApiError,
     AsyncClient,
     AsyncContext,
@@ -49,12 +48,13 @@ from app.worker import (
     ValidationError,
     Worker,
 )
+from leaseq.cli import _parser, worker_backoff
 
 TESTS = Path(__file__).resolve().parent
 
 SERVER_MODULES = (
     "fastapi", "starlette", "sqlalchemy", "asyncpg", "uvicorn", "pydantic", "pydantic_settings",
-    "alembic", "app.queue", "app.api", "app.db", "app.config", "app.errors", "app.main",
+    "alembic", "app",
 )
 
 
@@ -95,15 +95,15 @@ async def stats(api: AsyncClient, queue: str) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
-def test_importing_app_worker_loads_no_server_module() -> None:
-    code = "import json, sys, app.worker; print(json.dumps(sorted(sys.modules)))"
+def test_importing_the_client_loads_no_server_module() -> None:
+    code = "import json, sys, leaseq; print(json.dumps(sorted(sys.modules)))"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
         cwd=TESTS.parent,
     )
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
-    assert "app.worker" in loaded and "httpx" in loaded
+    assert "leaseq" in loaded and "httpx" in loaded
     assert server_modules(loaded) == []
 
 
@@ -121,14 +121,16 @@ def test_leaseq_worker_loads_no_server_module(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "cannot load worker_handlers.modules_probe:missing" in result.stderr
     loaded = json.loads(out.read_text())
-    assert "app.worker" in loaded and "app.cli" in loaded
+    assert "leaseq.cli" in loaded and "app" not in loaded
     assert server_modules(loaded) == []
 
 
 def test_the_public_surface() -> None:
-    assert sorted(app.worker.__all__) == sorted(
-        name for name in dir(app.worker) if not name.startswith("_")
-        and name not in {"backoff", "client", "context", "errors", "lease", "models", "worker"}
+    assert sorted(leaseq.__all__) == sorted(
+        name for name in dir(leaseq) if not name.startswith("_")
+        and name not in {
+            "backoff", "cli", "client", "context", "errors", "lease", "models", "worker",
+        }
     )
 
 

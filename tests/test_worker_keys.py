@@ -14,7 +14,7 @@ import pytest
 from processes import service_env
 from support import wait_until
 
-from app.worker import AsyncClient, ClientError, Message, Worker
+from leaseq import AsyncClient, ClientError, Message, Worker
 
 pytestmark = pytest.mark.e2e
 

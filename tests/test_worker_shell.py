@@ -17,7 +17,7 @@ import pytest
 from processes import service_env
 from support import wait_until
 
-from app.worker import AsyncClient
+from leaseq import AsyncClient
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "curl-worker.sh"
 

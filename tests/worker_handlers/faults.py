@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any
 
-from app.worker import AsyncContext, Context, HandlerCancelled, Message
+from leaseq import AsyncContext, Context, HandlerCancelled, Message
 from worker_handlers.effects import EffectStore
 
 

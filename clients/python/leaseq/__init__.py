@@ -5,10 +5,10 @@ standard library: importing it loads none of the server's modules.
 See docs/workers.md.
 """
 
-from app.worker.backoff import Backoff
-from app.worker.client import AsyncClient, Client, default_url
-from app.worker.context import AsyncContext, Context
-from app.worker.errors import (
+from leaseq.backoff import Backoff
+from leaseq.client import AsyncClient, Client, default_url
+from leaseq.context import AsyncContext, Context
+from leaseq.errors import (
     ApiError,
     CancelReason,
     ClientError,
@@ -23,9 +23,9 @@ from app.worker.errors import (
     Unreachable,
     ValidationError,
 )
-from app.worker.lease import LeaseClock
-from app.worker.models import Lease, Message, OutgoingMessage, Released, Sent
-from app.worker.worker import Outcome, Worker, WorkerStats
+from leaseq.lease import LeaseClock
+from leaseq.models import Lease, Message, OutgoingMessage, Released, Sent
+from leaseq.worker import Outcome, Worker, WorkerStats
 
 __all__ = [
     "ApiError",

@@ -13,10 +13,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from app.worker.client import AsyncClient
-from app.worker.errors import CancelReason, HandlerCancelled
-from app.worker.lease import LeaseClock, save_checkpoint
-from app.worker.models import Lease, Message
+from leaseq.client import AsyncClient
+from leaseq.errors import CancelReason, HandlerCancelled
+from leaseq.lease import LeaseClock, save_checkpoint
+from leaseq.models import Lease, Message
 
 CHECKPOINT_WAIT = 120.0
 

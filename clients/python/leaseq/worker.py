@@ -49,18 +49,18 @@ from typing import Any, Literal
 
 import httpx
 
-from app.worker.backoff import Backoff
-from app.worker.client import AsyncClient, default_url
-from app.worker.context import AsyncContext, Context
-from app.worker.errors import (
+from leaseq.backoff import Backoff
+from leaseq.client import AsyncClient, default_url
+from leaseq.context import AsyncContext, Context
+from leaseq.errors import (
     ApiError,
     CancelReason,
     HandlerCancelled,
     LeaseLost,
     Unreachable,
 )
-from app.worker.lease import HeartbeatThread, LeaseClock, heartbeat
-from app.worker.models import Message, Released
+from leaseq.lease import HeartbeatThread, LeaseClock, heartbeat
+from leaseq.models import Message, Released
 
 log = logging.getLogger("leaseq.worker")
 

@@ -1,7 +1,7 @@
 """REST clients of leaseq: `Client` (blocking) and `AsyncClient` (asyncio).
 
 Both build their requests with the same functions (`_calls`), so the two can only
-differ in how they wait. Every method raises from the `app.worker.errors` tree:
+differ in how they wait. Every method raises from the `leaseq.errors` tree:
 `Unreachable` when the service did not answer, an `ApiError` subclass chosen by
 the problem's `code` when it answered with an error.
 
@@ -24,8 +24,8 @@ from urllib.parse import quote
 
 import httpx
 
-from app.worker.errors import ApiError, Unreachable, api_error
-from app.worker.models import Lease, Message, OutgoingMessage, Released, Sent
+from leaseq.errors import ApiError, Unreachable, api_error
+from leaseq.models import Lease, Message, OutgoingMessage, Released, Sent
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_MARGIN = 10.0

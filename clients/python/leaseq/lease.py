@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from app.worker.client import AsyncClient
-from app.worker.errors import (
+from leaseq.client import AsyncClient
+from leaseq.errors import (
     ApiError,
     CancelReason,
     InvalidReceiptHandle,
@@ -30,7 +30,7 @@ from app.worker.errors import (
     QueueNotFound,
     Unreachable,
 )
-from app.worker.models import Lease
+from leaseq.models import Lease
 
 log = logging.getLogger("leaseq.worker")
 
