@@ -1,4 +1,4 @@
-"""The Node.js worker (examples/node-worker) against the real service: it processes,
+"""The Node.js worker (clients/node) against the real service: it processes,
 heartbeats, checkpoints and acknowledges, releases a failure through the release
 endpoint, and a 409 on a heartbeat aborts its handler.
 
@@ -25,7 +25,7 @@ from leaseq import AsyncClient
 
 NODE = shutil.which("node")
 TESTS = Path(__file__).resolve().parent
-WORKER = TESTS.parent / "examples" / "node-worker" / "worker.js"
+WORKER = TESTS.parent / "clients" / "node" / "bin" / "leaseq-worker.js"
 HANDLER = TESTS / "worker_handlers" / "node_handler.mjs"
 
 pytestmark = [pytest.mark.e2e,
@@ -173,3 +173,23 @@ async def test_the_node_worker_releases_through_the_endpoint_and_checkpoints_by_
     assert [e["receive_count"] for e in worker.events("started")] == [1]
     assert not worker.events("aborted")
     assert await worker.stop() == 0, worker.log()
+
+
+async def test_the_node_client_covers_the_rest_api(served: tuple[str, Any]) -> None:
+    assert NODE is not None
+    proc = await asyncio.create_subprocess_exec(
+        NODE, str(TESTS / "node_client" / "api.mjs"), served[0], env=service_env(),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    result = json.loads(out)
+    assert result == {
+        "created": "node-api", "sent": result["sent"], "batch": 2, "visible": 3,
+        "peeked": ["on", "tw", "th"], "received": ["one", "three", "two"], "extended": 60,
+        "extendedBatch": 1, "checkpointed": 45, "released": "number", "deleted": 2,
+        "again": "lease_lost", "listed": ["node-api"], "purged": 1, "sources": [],
+        "gone": "queue_not_found",
+    }

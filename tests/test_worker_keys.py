@@ -71,7 +71,7 @@ async def test_the_node_worker(served: tuple[str, Any], tmp_path: Path) -> None:
         await api.create_queue("jobs-node")
         await api.send("jobs-node", json.dumps({"steps": 1, "step": 0.01}))
         proc = await asyncio.create_subprocess_exec(
-            str(NODE), str(ROOT / "examples" / "node-worker" / "worker.js"), "--url", url,
+            str(NODE), str(ROOT / "clients" / "node" / "bin" / "leaseq-worker.js"), "--url", url,
             "--queue", "jobs-node", "--wait", "1",
             str(ROOT / "tests" / "worker_handlers" / "node_handler.mjs"),
             env=service_env() | {"LEASEQ_TEST_EVENTS": str(events),

@@ -1,4 +1,5 @@
-// An example handler for worker.js: `node worker.js --queue emails handler.js`.
+// An example handler for the Node worker (clients/node):
+//   node clients/node/bin/leaseq-worker.js --queue emails examples/node-worker/handler.js
 //
 // It gets the received message (the API's JSON: body, attributes, receive_count,
 // fencing_token, checkpoint, ...) and a context. Pass `ctx.signal` to everything

@@ -1,128 +1,16 @@
-#!/usr/bin/env node
-// A leaseq worker for Node.js 20+, with nothing but the built-in fetch.
-//
-//   node worker.js --url http://127.0.0.1:8000 --queue emails [--concurrency N]
-//                  [--lease S] [--heartbeat-period S] [--wait S] [--grace S]
-//                  [--retry-delay S [--retry-multiplier X] [--retry-max S]]
-//                  handler.js[:exportName]
-//
-// The handler module exports `handle(message, ctx)` (or a default export, or the
-// named export): an async function. `ctx` has `signal` (an AbortSignal that aborts
-// when the lease is lost or runs out, or at shutdown), `cancelled`, `cancelReason`,
-// `throwIfCancelled()`, `fencingToken`, `leaseRemaining` (seconds) and
-// `checkpoint(cursor)`.
-//
-// The same rules as the Python worker (docs/workers.md):
-// - the lease is measured on the monotonic clock (performance.now()) from the
-//   moment the receive request is sent, never from the server's lease_expires_at;
-// - a heartbeat extends it by the full lease every lease/3, from a timer of its
-//   own; no beat is sent once the lease is past;
-// - the watchdog aborts ctx.signal on `409 lease_lost` or when the lease runs out
-//   because beats kept failing, and the message is then neither acknowledged nor
-//   released;
-// - success is acknowledged with a conditional DELETE; an exception releases the
-//   message for another attempt (POST .../release): after the delay of the queue's
-//   retry ladder (its retry_backoff), or after --retry-delay's when that is given;
-// - a checkpoint renews the lease by the worker's full lease (its `timeout`), so
-//   it never shortens it whatever the queue's visibility_timeout.
-//
-// JavaScript runs handlers and timers on one thread: a handler that blocks it
-// (a long synchronous loop) blocks the heartbeat too. Keep handlers asynchronous
-// and move CPU-bound work to worker_threads.
+// @ts-check
+// The worker: receives, runs a handler per message with a heartbeat and a
+// watchdog, acknowledges or releases. The rules are the Python worker's
+// (docs/workers.md).
 
-import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 
-const LOST = new Set(['lease_lost', 'queue_not_found', 'invalid_receipt_handle']);
+import { Client } from './client.js';
+import { HandlerCancelled, LeaseqError, LOST } from './errors.js';
 
-export class LeaseqError extends Error {
-  constructor(status, code, detail) {
-    super(`${status} ${code}: ${detail}`);
-    this.status = status;
-    this.code = code;
-    this.detail = detail;
-  }
-}
-
-export class HandlerCancelled extends Error {
-  constructor(reason) {
-    super(`handler cancelled: ${reason}`);
-    this.name = 'HandlerCancelled';
-    this.reason = reason;
-  }
-}
-
-const log = (...parts) => console.error(new Date().toISOString(), 'leaseq.worker:', ...parts);
-
-// -- the REST API ----------------------------------------------------------------
-
-export class Client {
-  // apiKey: `<key id>.<secret>` when the service requires keys (default LEASEQ_API_KEY).
-  constructor(url, apiKey = process.env.LEASEQ_API_KEY) {
-    this.url = url.replace(/\/+$/, '');
-    this.auth = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
-  }
-
-  async call(method, route, { body, timeoutMs, signal } = {}) {
-    const signals = [];
-    if (timeoutMs !== undefined) signals.push(AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs))));
-    if (signal) signals.push(signal);
-    const response = await fetch(this.url + route, {
-      method,
-      headers: body === undefined ? this.auth : { ...this.auth, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: signals.length ? AbortSignal.any(signals) : undefined,
-    });
-    const text = await response.text();
-    let data = null;
-    try {
-      data = text ? JSON.parse(text) : null;
-    } catch {
-      data = null;
-    }
-    if (!response.ok) {
-      throw new LeaseqError(response.status, data?.code ?? `http_${response.status}`, data?.detail ?? text);
-    }
-    return data;
-  }
-
-  static message(queue, handle) {
-    return `/v1/queues/${encodeURIComponent(queue)}/messages/${encodeURIComponent(handle)}`;
-  }
-
-  receive(queue, { max = 1, visibilityTimeout, wait = 20, signal } = {}) {
-    const params = new URLSearchParams({ max: String(max), wait: String(wait) });
-    if (visibilityTimeout !== undefined) params.set('visibility_timeout', String(visibilityTimeout));
-    return this.call('GET', `/v1/queues/${encodeURIComponent(queue)}/receive?${params}`, {
-      timeoutMs: (wait + 10) * 1000,
-      signal,
-    });
-  }
-
-  extend(queue, handle, timeout, options = {}) {
-    return this.call('PATCH', `${Client.message(queue, handle)}/visibility`, { body: { timeout }, ...options });
-  }
-
-  // A failed attempt: visible again after `delay` seconds; without one the queue's
-  // retry ladder decides (at once without a ladder). Answers { delay_seconds, visible_at }.
-  release(queue, handle, delay) {
-    const body = delay === undefined ? {} : { delay };
-    return this.call('POST', `${Client.message(queue, handle)}/release`, { body, timeoutMs: 30_000 });
-  }
-
-  delete(queue, handle) {
-    return this.call('DELETE', Client.message(queue, handle), { timeoutMs: 30_000 });
-  }
-
-  // Renews the lease by `timeout` seconds (default: the queue's visibility_timeout).
-  checkpoint(queue, handle, cursor, { timeout, ...options } = {}) {
-    const body = timeout === undefined ? { cursor } : { cursor, timeout };
-    return this.call('PUT', `${Client.message(queue, handle)}/checkpoint`, { body, ...options });
-  }
-}
+const log = (/** @type {unknown[]} */ ...parts) =>
+  console.error(new Date().toISOString(), 'leaseq.worker:', ...parts);
 
 // -- one claim's lease, on the monotonic clock --------------------------------------
 
@@ -252,11 +140,15 @@ function makeContext(client, queue, message, lease) {
 // -- the worker ----------------------------------------------------------------------
 
 export class Worker {
-  // retryDelay undefined: the queue's retry ladder decides the delay of a release.
-  constructor(handler, { url, queue, concurrency = 1, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay, retryMultiplier = 2, retryMax = 900 }) {
+  /**
+   * @param {(message: any, ctx: any) => unknown} handler
+   * @param {import('../index.js').WorkerOptions} options retryDelay undefined: the
+   *   queue's retry ladder decides the delay of a release
+   */
+  constructor(handler, { url, apiKey, queue, concurrency = 1, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay, retryMultiplier = 2, retryMax = 900 }) {
     this.handler = handler;
-    this.client = new Client(url);
-    this.url = url;
+    this.client = new Client(url, { apiKey });
+    this.url = this.client.url;
     this.queue = queue;
     this.concurrency = concurrency;
     this.lease = lease;
@@ -421,71 +313,3 @@ export class Worker {
   }
 }
 
-// -- the command ------------------------------------------------------------------------
-
-async function loadHandler(spec) {
-  const [file, exportName] = spec.split(':');
-  const module = await import(pathToFileURL(path.resolve(file)).href);
-  const handler = exportName ? module[exportName] : module.handle ?? module.default;
-  if (typeof handler !== 'function') throw new Error(`${spec} exports no handler function`);
-  return handler;
-}
-
-async function main() {
-  const { values, positionals } = parseArgs({
-    allowPositionals: true,
-    options: {
-      url: { type: 'string', default: process.env.LEASEQ_URL || 'http://127.0.0.1:8000' },
-      queue: { type: 'string' },
-      concurrency: { type: 'string', default: '1' },
-      lease: { type: 'string' },
-      'heartbeat-period': { type: 'string' },
-      wait: { type: 'string', default: '20' },
-      grace: { type: 'string', default: '30' },
-      'retry-delay': { type: 'string' },
-      'retry-multiplier': { type: 'string' },
-      'retry-max': { type: 'string' },
-      handler: { type: 'string' },
-    },
-  });
-  const spec = values.handler ?? positionals[0];
-  if (!values.queue || !spec) {
-    console.error('usage: node worker.js --queue QUEUE [--url URL] [--concurrency N] [--lease S] handler.js[:export]');
-    return 2;
-  }
-  if (values['retry-delay'] === undefined && (values['retry-multiplier'] ?? values['retry-max']) !== undefined) {
-    console.error('leaseq worker: --retry-multiplier and --retry-max need --retry-delay');
-    return 2;
-  }
-  const handler = await loadHandler(spec);
-  const worker = new Worker(handler, {
-    url: values.url,
-    queue: values.queue,
-    concurrency: Number(values.concurrency),
-    lease: values.lease === undefined ? undefined : Number(values.lease),
-    heartbeatPeriod: values['heartbeat-period'] === undefined ? undefined : Number(values['heartbeat-period']),
-    wait: Number(values.wait),
-    grace: Number(values.grace),
-    retryDelay: values['retry-delay'] === undefined ? undefined : Number(values['retry-delay']),
-    retryMultiplier: values['retry-multiplier'] === undefined ? undefined : Number(values['retry-multiplier']),
-    retryMax: values['retry-max'] === undefined ? undefined : Number(values['retry-max']),
-  });
-  for (const signal of ['SIGTERM', 'SIGINT']) {
-    process.on(signal, () => {
-      log(`${signal}: ${worker.stopping ? 'cancelling in-flight handlers now' : 'no more receives'}`);
-      worker.stop();
-    });
-  }
-  try {
-    await worker.run();
-  } catch (err) {
-    console.error(`leaseq worker: ${err.message}`);
-    return 1;
-  }
-  log('worker stopped');
-  return 0;
-}
-
-if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  process.exitCode = await main();
-}

@@ -1,0 +1,7 @@
+// @ts-check
+// leaseq's client for Node.js 20+: the REST API (Client) and a worker (Worker),
+// with nothing but the built-in fetch.
+
+export { Client } from './client.js';
+export { HandlerCancelled, LeaseqError } from './errors.js';
+export { Lease, Worker } from './worker.js';
