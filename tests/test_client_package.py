@@ -86,8 +86,8 @@ async def test_a_project_with_its_own_app_package_runs_the_worker(
             output, _ = await worker.communicate()
         assert worker.returncode == 0, output.decode()[-2000:]
         assert out.read_text() == "from the user's own app package\n"
-        stats = (await api.get_queue("tasks"))["stats"]
-        assert stats["visible"] == stats["in_flight"] == 0
+        stats = (await api.get_queue("tasks")).stats
+        assert stats is not None and stats.visible == stats.in_flight == 0
 
 
 def test_serve_needs_the_server(client_venv: Path) -> None:

@@ -93,8 +93,8 @@ async def node_worker(
 
 
 async def is_empty(api: AsyncClient, queue: str) -> bool:
-    stats = (await api.get_queue(queue))["stats"]
-    return bool(stats["visible"] == stats["in_flight"] == stats["delayed"] == 0)
+    stats = (await api.get_queue(queue)).stats
+    return stats is not None and stats.visible == stats.in_flight == stats.delayed == 0
 
 
 async def wait_empty(api: AsyncClient, queue: str, seconds: float) -> None:
@@ -168,8 +168,8 @@ async def test_the_node_worker_releases_through_the_endpoint_and_checkpoints_by_
     )
     worker = await node_worker("nodeladder", "--lease", "5")
     await wait_until(lambda: worker.said(r"released, visible again in 30s$"), seconds=20)
-    stats = (await api.get_queue("nodeladder"))["stats"]
-    assert (stats["visible"], stats["in_flight"], stats["delayed"]) == (0, 0, 1)
+    stats = (await api.get_queue("nodeladder")).stats
+    assert stats is not None and (stats.visible, stats.in_flight, stats.delayed) == (0, 0, 1)
     assert [e["receive_count"] for e in worker.events("started")] == [1]
     assert not worker.events("aborted")
     assert await worker.stop() == 0, worker.log()

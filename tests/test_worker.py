@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import subprocess
@@ -23,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from processes import LEASEQ, service_env
-from support import wait_until
+from support import eventually, wait_until
 
 import leaseq
 from leaseq import (
@@ -41,9 +42,15 @@ from leaseq import (
     Message,
     Outcome,
     OutgoingMessage,
+    PeekedMessage,
+    PeekPage,
+    Queue,
     QueueAlreadyExists,
     QueueNotFound,
+    QueuePage,
+    RedriveTask,
     Released,
+    RetryBackoff,
     Unreachable,
     ValidationError,
     Worker,
@@ -87,8 +94,8 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
 
 async def stats(api: AsyncClient, queue: str) -> dict[str, Any]:
     detail = await api.get_queue(queue)
-    result: dict[str, Any] = detail["stats"]
-    return result
+    assert detail.stats is not None
+    return dataclasses.asdict(detail.stats)
 
 
 # -- the package stands alone --------------------------------------------------------
@@ -137,10 +144,65 @@ def test_the_public_surface() -> None:
 # -- the clients ---------------------------------------------------------------------
 
 
+async def test_the_clients_cover_queues_peek_and_redrive_with_typed_results(
+    api: AsyncClient, url: str
+) -> None:
+    await api.create_queue("typed-dlq")
+    created = await api.create_queue(
+        "typed", visibility_timeout=5, dead_letter_queue="typed-dlq", max_receive_count=1,
+        retry_backoff={"initial": 2, "max": 8, "multiplier": 2, "jitter": 0},
+    )
+    assert isinstance(created, Queue) and created.stats is None
+    assert created.attributes.dead_letter_queue == "typed-dlq"
+    assert created.attributes.retry_backoff == RetryBackoff(2, 2, 8, 0)
+    changed = await api.update_queue("typed", visibility_timeout=7, retry_backoff=None)
+    assert changed.attributes.visibility_timeout == 7 and changed.attributes.retry_backoff is None
+    page = await api.list_queues(prefix="typed", limit=1)
+    assert [q.name for q in page.queues] == ["typed"] and page.next_after == "typed"
+    rest = await api.list_queues(prefix="typed", after=page.next_after)
+    assert [q.name for q in rest.queues] == ["typed-dlq"]
+    assert await api.dead_letter_sources("typed-dlq") == ["typed"]
+
+    await api.send("typed", "x" * 50, attributes={"k": "v"})
+    peeked = await api.peek("typed", state="visible", body_chars=10)
+    (one,) = peeked.messages
+    assert isinstance(one, PeekedMessage) and one.body == "x" * 10 and one.truncated
+    assert one.attributes == {"k": "v"} and one.state == "visible" and peeked.next_after is None
+    # received once, then dead-lettered by the next claim (max_receive_count 1)
+    (got,) = await api.receive("typed", visibility_timeout=0, wait=0)
+    assert await api.receive("typed", wait=0) == []
+    detail = await api.get_queue("typed-dlq")
+    assert detail.stats is not None and detail.stats.visible == 1
+    assert (await api.peek("typed-dlq")).messages[0].dead_letter_source == "typed"
+
+    task = await api.start_redrive("typed-dlq")
+    assert isinstance(task, RedriveTask) and task.source == "typed-dlq"
+    assert [t.task_id for t in await api.list_redrives("typed-dlq")] == [task.task_id]
+
+    async def finished() -> bool:
+        return (await api.get_redrive(task.task_id)).status != "running"
+
+    await eventually(finished)
+    done = await api.get_redrive(task.task_id)
+    assert (done.status, done.moved) == ("completed", 1)
+    with pytest.raises(ApiError) as info:
+        await api.cancel_redrive("not-a-task")
+    assert (info.value.status, info.value.code) == (404, "task_not_found")
+
+    def blocking_calls() -> tuple[Queue, QueuePage, PeekPage]:
+        with Client(url) as blocking:  # the blocking client has the same calls
+            return (blocking.get_queue("typed"), blocking.list_queues(prefix="typed-"),
+                    blocking.peek("typed"))
+
+    queue, listed, peek = await asyncio.to_thread(blocking_calls)
+    assert queue.stats is not None and [q.name for q in listed.queues] == ["typed-dlq"]
+    assert peek.messages[0].message_id == got.message_id
+
+
 async def test_the_async_client_speaks_the_whole_message_api(api: AsyncClient) -> None:
     created = await api.create_queue("sdk", visibility_timeout=30)
-    assert created["name"] == "sdk"
-    assert (await api.create_queue("sdk", visibility_timeout=30))["name"] == "sdk"
+    assert created.name == "sdk" and created.attributes.visibility_timeout == 30
+    assert (await api.create_queue("sdk", visibility_timeout=30)).name == "sdk"
     with pytest.raises(QueueAlreadyExists):
         await api.create_queue("sdk", visibility_timeout=31)
 

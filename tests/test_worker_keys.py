@@ -31,8 +31,8 @@ async def _keys(app: Any) -> tuple[str, str]:
 async def _empty(api: AsyncClient, queue: str) -> None:
     async with asyncio.timeout(30):
         while True:
-            stats = (await api.get_queue(queue))["stats"]
-            if stats["visible"] == stats["in_flight"] == 0:
+            stats = (await api.get_queue(queue)).stats
+            if stats is not None and stats.visible == stats.in_flight == 0:
                 return
             await asyncio.sleep(0.05)
 

@@ -85,8 +85,8 @@ async def test_the_shell_worker_runs_the_command_and_acknowledges(
     assert code == 0, log
     assert out.read_text() == "payload\n 1\n"
     assert ") acknowledged" in log
-    stats = (await api.get_queue("shell"))["stats"]
-    assert stats["visible"] == stats["in_flight"] == 0
+    stats = (await api.get_queue("shell")).stats
+    assert stats is not None and stats.visible == stats.in_flight == 0
 
 
 async def test_a_failed_command_s_message_is_released_with_the_queue_s_ladder(
@@ -99,8 +99,8 @@ async def test_a_failed_command_s_message_is_released_with_the_queue_s_ladder(
     code, log = await finish()
     assert code == 0, log
     assert "failed (exit 3); released, visible again in 30s" in log
-    stats = (await api.get_queue("shellfail"))["stats"]
-    assert (stats["visible"], stats["in_flight"], stats["delayed"]) == (0, 0, 1)
+    stats = (await api.get_queue("shellfail")).stats
+    assert stats is not None and (stats.visible, stats.in_flight, stats.delayed) == (0, 0, 1)
 
 
 async def test_a_409_on_a_shell_heartbeat_kills_the_command(

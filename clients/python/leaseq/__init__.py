@@ -24,7 +24,21 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.lease import LeaseClock
-from leaseq.models import Lease, Message, OutgoingMessage, Released, Sent
+from leaseq.models import (
+    Lease,
+    Message,
+    OutgoingMessage,
+    PeekedMessage,
+    PeekPage,
+    Queue,
+    QueueAttributes,
+    QueuePage,
+    QueueStats,
+    RedriveTask,
+    Released,
+    RetryBackoff,
+    Sent,
+)
 from leaseq.worker import Outcome, Worker, WorkerStats
 
 __all__ = [
@@ -45,10 +59,18 @@ __all__ = [
     "MessageTooLarge",
     "Outcome",
     "OutgoingMessage",
+    "PeekPage",
+    "PeekedMessage",
+    "Queue",
     "QueueAlreadyExists",
+    "QueueAttributes",
     "QueueNotFound",
+    "QueuePage",
+    "QueueStats",
+    "RedriveTask",
     "Released",
     "RequestTooLarge",
+    "RetryBackoff",
     "Sent",
     "ServiceUnavailable",
     "Unreachable",

@@ -25,7 +25,17 @@ from urllib.parse import quote
 import httpx
 
 from leaseq.errors import ApiError, Unreachable, api_error
-from leaseq.models import Lease, Message, OutgoingMessage, Released, Sent
+from leaseq.models import (
+    Lease,
+    Message,
+    OutgoingMessage,
+    PeekPage,
+    Queue,
+    QueuePage,
+    RedriveTask,
+    Released,
+    Sent,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_MARGIN = 10.0
@@ -108,14 +118,68 @@ def _released(response: httpx.Response) -> Released:
     return Released.from_json(response.json())
 
 
+def _queue(response: httpx.Response) -> Queue:
+    return Queue.from_json(response.json())
+
+
+def _task(response: httpx.Response) -> RedriveTask:
+    return RedriveTask.from_json(response.json())
+
+
 class _calls:
     @staticmethod
-    def create_queue(name: str, attributes: dict[str, Any]) -> _Call[dict[str, Any]]:
-        return _Call("POST", "/v1/queues", _json, json={"name": name, **attributes})
+    def create_queue(name: str, attributes: dict[str, Any]) -> _Call[Queue]:
+        return _Call("POST", "/v1/queues", _queue, json={"name": name, **attributes})
 
     @staticmethod
-    def get_queue(name: str) -> _Call[dict[str, Any]]:
-        return _Call("GET", _q(name), _json)
+    def get_queue(name: str) -> _Call[Queue]:
+        return _Call("GET", _q(name), _queue)
+
+    @staticmethod
+    def list_queues(prefix: str | None, after: str | None, limit: int | None) -> _Call[QueuePage]:
+        params = {k: v for k, v in (("prefix", prefix), ("after", after), ("limit", limit))
+                  if v is not None}
+        return _Call("GET", "/v1/queues", lambda r: QueuePage.from_json(r.json()), params=params)
+
+    @staticmethod
+    def update_queue(name: str, changes: dict[str, Any]) -> _Call[Queue]:
+        return _Call("PATCH", _q(name), _queue, json=changes)
+
+    @staticmethod
+    def peek(
+        queue: str, state: str | None, limit: int | None, after: str | None,
+        body_chars: int | None,
+    ) -> _Call[PeekPage]:
+        params = {k: v for k, v in (("state", state), ("limit", limit), ("after", after),
+                                    ("body_chars", body_chars)) if v is not None}
+        return _Call("GET", f"{_q(queue)}/messages", lambda r: PeekPage.from_json(r.json()),
+                     params=params)
+
+    @staticmethod
+    def dead_letter_sources(queue: str) -> _Call[list[str]]:
+        return _Call("GET", f"{_q(queue)}/dead-letter-sources",
+                     lambda r: [str(n) for n in r.json()["queues"]])
+
+    @staticmethod
+    def start_redrive(
+        queue: str, destination: str | None, max_per_second: int | None
+    ) -> _Call[RedriveTask]:
+        body = {k: v for k, v in (("destination", destination),
+                                  ("max_per_second", max_per_second)) if v is not None}
+        return _Call("POST", f"{_q(queue)}/redrive", _task, json=body)
+
+    @staticmethod
+    def list_redrives(queue: str) -> _Call[list[RedriveTask]]:
+        return _Call("GET", f"{_q(queue)}/redrive",
+                     lambda r: [RedriveTask.from_json(t) for t in r.json()["tasks"]])
+
+    @staticmethod
+    def get_redrive(task_id: str) -> _Call[RedriveTask]:
+        return _Call("GET", f"/v1/redrive-tasks/{_seg(task_id)}", _task)
+
+    @staticmethod
+    def cancel_redrive(task_id: str) -> _Call[RedriveTask]:
+        return _Call("DELETE", f"/v1/redrive-tasks/{_seg(task_id)}", _task)
 
     @staticmethod
     def delete_queue(name: str) -> _Call[None]:
@@ -272,14 +336,50 @@ class Client(_Base):
     ) -> None:
         self.close()
 
-    def create_queue(self, name: str, **attributes: Any) -> dict[str, Any]:
+    def create_queue(self, name: str, **attributes: Any) -> Queue:
         """Create a queue (or return the existing one with the same attributes):
         `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
         return self._run(_calls.create_queue(name, attributes))
 
-    def get_queue(self, name: str) -> dict[str, Any]:
+    def get_queue(self, name: str) -> Queue:
         """Attributes and live `stats` of a queue."""
         return self._run(_calls.get_queue(name))
+
+    def list_queues(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> QueuePage:
+        """Queues by name, a page at a time (`next_after`)."""
+        return self._run(_calls.list_queues(prefix, after, limit))
+
+    def update_queue(self, name: str, **changes: Any) -> Queue:
+        """Change attributes; `None` removes a policy (`retry_backoff=None`)."""
+        return self._run(_calls.update_queue(name, changes))
+
+    def peek(
+        self, queue: str, *, state: str | None = None, limit: int | None = None,
+        after: str | None = None, body_chars: int | None = None,
+    ) -> PeekPage:
+        """Messages without claiming them (operators): `visible`, `in_flight`, `delayed`."""
+        return self._run(_calls.peek(queue, state, limit, after, body_chars))
+
+    def dead_letter_sources(self, queue: str) -> list[str]:
+        """The queues whose redrive policy names this one."""
+        return self._run(_calls.dead_letter_sources(queue))
+
+    def start_redrive(
+        self, queue: str, *, destination: str | None = None, max_per_second: int | None = None
+    ) -> RedriveTask:
+        """Move a dead-letter queue's messages back (to their sources, or `destination`)."""
+        return self._run(_calls.start_redrive(queue, destination, max_per_second))
+
+    def list_redrives(self, queue: str) -> list[RedriveTask]:
+        return self._run(_calls.list_redrives(queue))
+
+    def get_redrive(self, task_id: str) -> RedriveTask:
+        return self._run(_calls.get_redrive(task_id))
+
+    def cancel_redrive(self, task_id: str) -> RedriveTask:
+        return self._run(_calls.cancel_redrive(task_id))
 
     def delete_queue(self, name: str) -> None:
         self._run(_calls.delete_queue(name))
@@ -384,14 +484,50 @@ class AsyncClient(_Base):
     ) -> None:
         await self.aclose()
 
-    async def create_queue(self, name: str, **attributes: Any) -> dict[str, Any]:
+    async def create_queue(self, name: str, **attributes: Any) -> Queue:
         """Create a queue (or return the existing one with the same attributes):
         `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
         return await self._run(_calls.create_queue(name, attributes))
 
-    async def get_queue(self, name: str) -> dict[str, Any]:
+    async def get_queue(self, name: str) -> Queue:
         """Attributes and live `stats` of a queue."""
         return await self._run(_calls.get_queue(name))
+
+    async def list_queues(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> QueuePage:
+        """Queues by name, a page at a time (`next_after`)."""
+        return await self._run(_calls.list_queues(prefix, after, limit))
+
+    async def update_queue(self, name: str, **changes: Any) -> Queue:
+        """Change attributes; `None` removes a policy (`retry_backoff=None`)."""
+        return await self._run(_calls.update_queue(name, changes))
+
+    async def peek(
+        self, queue: str, *, state: str | None = None, limit: int | None = None,
+        after: str | None = None, body_chars: int | None = None,
+    ) -> PeekPage:
+        """Messages without claiming them (operators): `visible`, `in_flight`, `delayed`."""
+        return await self._run(_calls.peek(queue, state, limit, after, body_chars))
+
+    async def dead_letter_sources(self, queue: str) -> list[str]:
+        """The queues whose redrive policy names this one."""
+        return await self._run(_calls.dead_letter_sources(queue))
+
+    async def start_redrive(
+        self, queue: str, *, destination: str | None = None, max_per_second: int | None = None
+    ) -> RedriveTask:
+        """Move a dead-letter queue's messages back (to their sources, or `destination`)."""
+        return await self._run(_calls.start_redrive(queue, destination, max_per_second))
+
+    async def list_redrives(self, queue: str) -> list[RedriveTask]:
+        return await self._run(_calls.list_redrives(queue))
+
+    async def get_redrive(self, task_id: str) -> RedriveTask:
+        return await self._run(_calls.get_redrive(task_id))
+
+    async def cancel_redrive(self, task_id: str) -> RedriveTask:
+        return await self._run(_calls.cancel_redrive(task_id))
 
     async def delete_queue(self, name: str) -> None:
         await self._run(_calls.delete_queue(name))

@@ -103,3 +103,164 @@ class OutgoingMessage:
         if self.attributes:
             out["attributes"] = dict(self.attributes)
         return out
+
+
+def _maybe_time(value: str | None) -> datetime | None:
+    return None if value is None else _time(value)
+
+
+@dataclass(frozen=True)
+class RetryBackoff:
+    """A queue's retry ladder: the delay of the n-th failed attempt is
+    initial * multiplier^(n-1), at most `max` seconds, less up to `jitter` of it."""
+
+    initial: float
+    multiplier: float
+    max: float
+    jitter: float
+
+
+@dataclass(frozen=True)
+class QueueAttributes:
+    visibility_timeout: int
+    message_retention: int
+    delay: int
+    receive_wait: int
+    max_message_bytes: int
+    dead_letter_queue: str | None
+    max_receive_count: int | None
+    retry_backoff: RetryBackoff | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueueAttributes:
+        ladder = data.get("retry_backoff")
+        return cls(
+            visibility_timeout=int(data["visibility_timeout"]),
+            message_retention=int(data["message_retention"]),
+            delay=int(data["delay"]),
+            receive_wait=int(data["receive_wait"]),
+            max_message_bytes=int(data["max_message_bytes"]),
+            dead_letter_queue=data.get("dead_letter_queue"),
+            max_receive_count=data.get("max_receive_count"),
+            retry_backoff=None if ladder is None else RetryBackoff(
+                initial=float(ladder["initial"]), multiplier=float(ladder["multiplier"]),
+                max=float(ladder["max"]), jitter=float(ladder["jitter"]),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counted live when the queue was read."""
+
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_age_seconds: float
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue; `stats` only when read one at a time (`get_queue`)."""
+
+    name: str
+    attributes: QueueAttributes
+    created_at: datetime
+    updated_at: datetime
+    stats: QueueStats | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Queue:
+        stats = data.get("stats")
+        return cls(
+            name=str(data["name"]),
+            attributes=QueueAttributes.from_json(data["attributes"]),
+            created_at=_time(data["created_at"]),
+            updated_at=_time(data["updated_at"]),
+            stats=None if stats is None else QueueStats(
+                visible=int(stats["visible"]), in_flight=int(stats["in_flight"]),
+                delayed=int(stats["delayed"]),
+                oldest_age_seconds=float(stats["oldest_age_seconds"]),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    """One page of `list_queues`; pass `next_after` as `after` for the next (None: last)."""
+
+    queues: list[Queue]
+    next_after: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueuePage:
+        return cls([Queue.from_json(q) for q in data["queues"]], data.get("next_after"))
+
+
+@dataclass(frozen=True)
+class PeekedMessage:
+    """A message as an operator sees it, unclaimed; `body` cut to the asked length
+    (`truncated` says so)."""
+
+    message_id: str
+    body: str
+    truncated: bool
+    attributes: dict[str, str]
+    state: str
+    receive_count: int
+    sent_at: datetime
+    first_received_at: datetime | None
+    visible_at: datetime
+    checkpoint: Any
+    dead_letter_source: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PeekedMessage:
+        return cls(
+            message_id=str(data["message_id"]), body=str(data["body"]),
+            truncated=bool(data["truncated"]), attributes=dict(data.get("attributes") or {}),
+            state=str(data["state"]), receive_count=int(data["receive_count"]),
+            sent_at=_time(data["sent_at"]),
+            first_received_at=_maybe_time(data.get("first_received_at")),
+            visible_at=_time(data["visible_at"]), checkpoint=data.get("checkpoint"),
+            dead_letter_source=data.get("dead_letter_source"),
+        )
+
+
+@dataclass(frozen=True)
+class PeekPage:
+    messages: list[PeekedMessage]
+    next_after: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PeekPage:
+        return cls([PeekedMessage.from_json(m) for m in data["messages"]],
+                   data.get("next_after"))
+
+
+@dataclass(frozen=True)
+class RedriveTask:
+    """A dead-letter queue's messages moving back; `remaining` is counted live."""
+
+    task_id: str
+    source: str
+    destination: str | None
+    status: str
+    moved: int
+    remaining: int
+    to_move_at_start: int
+    max_per_second: int | None
+    failure: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RedriveTask:
+        return cls(
+            task_id=str(data["task_id"]), source=str(data["source"]),
+            destination=data.get("destination"), status=str(data["status"]),
+            moved=int(data["moved"]), remaining=int(data["remaining"]),
+            to_move_at_start=int(data["to_move_at_start"]),
+            max_per_second=data.get("max_per_second"), failure=data.get("failure"),
+            created_at=_time(data["created_at"]), updated_at=_time(data["updated_at"]),
+        )

@@ -325,8 +325,8 @@ class Worker:
                 # a courtesy, not a condition of working.
                 log.info("cannot read queue %r's attributes with this key; not checking "
                          "its visibility_timeout", self.queue)
-                queue = {"attributes": {"visibility_timeout": 1}}
-            if int(queue["attributes"]["visibility_timeout"]) < 1:
+                queue = None
+            if queue is not None and queue.attributes.visibility_timeout < 1:
                 raise ValueError(
                     f"queue {self.queue!r} has a visibility_timeout of 0: "
                     "give the worker a lease (lease=..., --lease)"
