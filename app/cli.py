@@ -167,7 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
         if settings.secret is None:
             log.warning("LEASEQ_SECRET is unset: using the secret kept in %s",
                         settings.data_dir)
-        settings.receipt_secret()
+        settings.master_secret()
         _run_uvicorn(settings, workers=args.workers)
     except KeyboardInterrupt:
         pass
@@ -245,7 +245,7 @@ def _keys(args: argparse.Namespace) -> int:
                 url = embedded.start()
         upgrade(url)
         return asyncio.run(admin.run(
-            args.keys_command, args, database_url=url, master=settings.receipt_secret(),
+            args.keys_command, args, database_url=url, master=settings.master_secret(),
             out=sys.stdout,
         ))
     except (ValueError, LeaseqError) as exc:

@@ -223,8 +223,10 @@ class Settings(BaseSettings):
             return self.admin_key_file.read_text().strip()
         return None
 
-    def receipt_secret(self) -> bytes:
-        """The configured secret, or one generated once and kept in data_dir."""
+    def master_secret(self) -> bytes:
+        """The master secret (LEASEQ_SECRET): it seals the SigV4 secrets of API keys
+        and verifies version-1 receipt handles. Generated once into
+        data_dir/receipt-secret (its name from before keys rotated) when unset."""
         if self.secret is not None:
             return self.secret.get_secret_value().encode()
         path = self.data_dir / "receipt-secret"

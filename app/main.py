@@ -139,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_waiters_per_queue=settings.max_waiters_per_queue,
         )
         listener = Listener(database_url, hub)
-        master = settings.receipt_secret()
+        master = settings.master_secret()
         keyring = ReceiptKeyring(engine, legacy=master)
         service = QueueService(
             engine, hub, keyring.signer, pool_wait_seconds=settings.pool_wait_seconds

@@ -314,11 +314,11 @@ def test_a_generated_receipt_secret_is_created_private(
     umask = os.umask(0o022)
     try:
         settings = Settings(data_dir=tmp_path / "data", secret=None)
-        first = settings.receipt_secret()
+        first = settings.master_secret()
     finally:
         os.umask(umask)
     path = tmp_path / "data" / "receipt-secret"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(first) == 64 and path.read_bytes().strip() == first
-    assert Settings(data_dir=tmp_path / "data", secret=None).receipt_secret() == first
+    assert Settings(data_dir=tmp_path / "data", secret=None).master_secret() == first
     assert [p.name for p in path.parent.iterdir()] == ["receipt-secret"]

@@ -54,15 +54,15 @@ def test_another_secret_or_queue_is_rejected() -> None:
 
 
 def test_secret_is_generated_once_and_kept_in_the_data_dir(tmp_path: Path) -> None:
-    first = Settings(data_dir=tmp_path).receipt_secret()
-    again = Settings(data_dir=tmp_path).receipt_secret()
+    first = Settings(data_dir=tmp_path).master_secret()
+    again = Settings(data_dir=tmp_path).master_secret()
     assert first == again and len(first) >= 32
     path = tmp_path / "receipt-secret"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["receipt-secret"]
     # A configured secret wins over the file.
     configured = Settings(data_dir=tmp_path, secret="configured-secret-value")
-    assert configured.receipt_secret() == b"configured-secret-value"
+    assert configured.master_secret() == b"configured-secret-value"
 
 
 def test_handles_name_their_key_and_any_unretired_key_verifies() -> None:
