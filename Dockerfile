@@ -30,8 +30,8 @@ COPY alembic /tmp/src/alembic
 RUN pip install /tmp/src/clients/python /tmp/src \
     && rm -rf /tmp/src
 
-# An unprivileged user. Its data directory holds the embedded PostgreSQL (and
-# the master secret generated beside it) when DATABASE_URL is unset.
+# An unprivileged user. The image has no embedded PostgreSQL (the `embedded`
+# extra is not installed): it needs DATABASE_URL.
 RUN groupadd --system --gid 10001 leaseq \
     && useradd --system --uid 10001 --gid leaseq --home-dir /var/lib/leaseq \
         --create-home --shell /usr/sbin/nologin leaseq

