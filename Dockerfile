@@ -21,13 +21,19 @@ ENV PYTHONUNBUFFERED=1 \
 # migrations as the package `app._alembic` (see [tool.setuptools] in
 # pyproject.toml), so the source tree is not needed at run time and is removed.
 # README.m[d] is a glob so that the build works whether or not README.md exists.
-# The client package (clients/python) is a dependency of the server, installed
-# from the same tree; its LICENSE is a link to ../../LICENSE, copied beside it.
+# The dependencies first, in a layer of their own that a code change leaves
+# cached: exactly the versions and hashes of requirements.lock (bash .ci/lock).
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --require-hashes --no-deps -r /tmp/requirements.lock \
+    && rm /tmp/requirements.lock
+# Then the code: the client package (clients/python, a dependency of the server,
+# its LICENSE a link to ../../LICENSE copied beside it) and the server, with no
+# dependency resolved again.
 COPY pyproject.toml README.m[d] LICENSE /tmp/src/
 COPY clients/python /tmp/src/clients/python
 COPY app /tmp/src/app
 COPY alembic /tmp/src/alembic
-RUN pip install /tmp/src/clients/python /tmp/src \
+RUN pip install --no-deps /tmp/src/clients/python /tmp/src \
     && rm -rf /tmp/src
 
 # An unprivileged user. The image has no embedded PostgreSQL (the `embedded`

