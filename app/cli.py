@@ -69,9 +69,10 @@ def _keys_parser(commands: Any) -> None:
     create = actions.add_parser("create", help="create a key and print its secret, once")
     create.add_argument("--name", required=True, help="what the key is for")
     create.add_argument(
-        "--scope", action="append", required=True, metavar="ACTION:PATTERN",
+        "--scope", action="extend", nargs="+", required=True, metavar="ACTION:PATTERN",
         help="send, receive, read or admin, on queues matching PATTERN (* matches any "
-        "characters): send:orders-*. Repeat for more; admin:* manages keys too",
+        "characters): send:orders-*. Several after one --scope, or --scope again; "
+        "admin:* manages keys too",
     )
     create.add_argument("--expires", help="lifetime: 90d, 12h, 30m or seconds (never)")
     create.add_argument("--rate", type=float, help="requests a second, per service process")

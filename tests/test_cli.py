@@ -158,6 +158,9 @@ def test_keys_commands_on_the_database(database_url: str) -> None:
     env["LEASEQ_SECRET"] = "a-master-secret-for-the-cli-test"
     created = run_cli("keys", "create", "--name", "ci", "--scope", "send:orders-*",
                       "--scope", "read:*", "--expires", "90d", env=env)
+    several = run_cli("keys", "create", "--name", "two", "--scope", "send:a", "receive:a",
+                      env=env)
+    assert several.returncode == 0 and "scopes:  send:a receive:a" in several.stdout
     assert created.returncode == 0, created.stderr
     lines = dict(line.split(":", 1) for line in created.stdout.splitlines() if ": " in line)
     key_id, secret = lines["key id"].strip(), lines["secret"].strip()
