@@ -1,0 +1,195 @@
+"""SQS queue attributes, tags and permissions: their names, their checks, and the
+actions that read and change them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from app.errors import QueueError
+from app.queue import limits
+from app.queue.models import Queue, QueueStats
+from app.sqs.context import (
+    FIFO_NOT_SUPPORTED,
+    Context,
+    param_str_list,
+    param_str_map,
+    queue_of,
+)
+from app.sqs.errors import SqsError, from_engine
+
+# SQS queue attribute <-> engine attribute, for the plain numbers.
+QUEUE_NUMBERS = {
+    "VisibilityTimeout": "visibility_timeout",
+    "MessageRetentionPeriod": "message_retention",
+    "DelaySeconds": "delay",
+    "ReceiveMessageWaitTimeSeconds": "receive_wait",
+    "MaximumMessageSize": "max_message_bytes",
+}
+READ_ONLY = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+)
+ALL_QUEUE_ATTRIBUTES = (*READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy")
+# Named by SQS, not supported here: never set; a Get leaves them out (as unset).
+NOT_SUPPORTED = (
+    "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
+    "RedriveAllowPolicy", "FifoQueue", "ContentBasedDeduplication", "DeduplicationScope",
+    "FifoThroughputLimit",
+)
+
+
+def queue_changes(ctx: Context, given: dict[str, str]) -> dict[str, Any]:
+    """SQS queue attributes -> the engine's attribute changes."""
+    changes: dict[str, Any] = {}
+    for name, value in given.items():
+        if name in QUEUE_NUMBERS:
+            if not re.fullmatch(r"[0-9]{1,10}", value.strip()):
+                raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+            changes[QUEUE_NUMBERS[name]] = int(value)
+        elif name == "RedrivePolicy":
+            changes.update(_redrive_policy(ctx, value))
+        elif name in ("FifoQueue", "SqsManagedSseEnabled") and value.lower() == "false":
+            continue  # what every queue here is
+        elif name == "FifoQueue":
+            raise SqsError("UnsupportedOperation", FIFO_NOT_SUPPORTED)
+        elif name in NOT_SUPPORTED:
+            raise SqsError(
+                "InvalidAttributeName", f"The attribute {name} is not supported by leaseq yet."
+            )
+        else:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
+    return changes
+
+
+def _redrive_policy(ctx: Context, value: str) -> dict[str, Any]:
+    if value.strip() in ("", "{}"):
+        return {"dead_letter_queue": None, "max_receive_count": None}
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: Redrive policy needs "
+            "deadLetterTargetArn and maxReceiveCount.",
+        )
+    count = policy["maxReceiveCount"]
+    if isinstance(count, str) and count.strip().isdigit():
+        count = int(count)
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: maxReceiveCount must be "
+            "an integer.",
+        )
+    target = policy["deadLetterTargetArn"]
+    if not isinstance(target, str):
+        raise SqsError("InvalidAttributeValue", "deadLetterTargetArn must be a string.")
+    return {
+        "dead_letter_queue": ctx.name_from_arn(target, "deadLetterTargetArn"),
+        "max_receive_count": count,
+    }
+
+
+def attribute_error(exc: QueueError) -> SqsError:
+    error = from_engine(exc)
+    if error.name in ("InvalidParameterValue",):
+        return SqsError("InvalidAttributeValue", error.message)
+    return error
+
+
+def queue_attributes(ctx: Context, queue: Queue, stats: QueueStats) -> dict[str, str]:
+    """Every attribute GetQueueAttributes knows, by its SQS name."""
+    attrs = queue.attributes
+    values = {
+        "ApproximateNumberOfMessages": str(stats.visible),
+        "ApproximateNumberOfMessagesNotVisible": str(stats.in_flight),
+        "ApproximateNumberOfMessagesDelayed": str(stats.delayed),
+        "CreatedTimestamp": str(int(queue.created_at.timestamp())),
+        "LastModifiedTimestamp": str(int(queue.updated_at.timestamp())),
+        "QueueArn": ctx.arn(queue.name),
+        **{sqs: str(getattr(attrs, ours)) for sqs, ours in QUEUE_NUMBERS.items()},
+    }
+    if attrs.dead_letter_queue is not None:
+        values["RedrivePolicy"] = json.dumps(
+            {
+                "deadLetterTargetArn": ctx.arn(attrs.dead_letter_queue),
+                "maxReceiveCount": attrs.max_receive_count,
+            }
+        )
+    return values
+
+
+async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    wanted = param_str_list(params, "AttributeNames")
+    for attribute in wanted:
+        if attribute != "All" and attribute not in (*ALL_QUEUE_ATTRIBUTES, *NOT_SUPPORTED):
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute[:100]}.")
+    queue, stats = await ctx.service.get_queue(name)
+    values = queue_attributes(ctx, queue, stats)
+    if "All" not in wanted:
+        values = {k: v for k, v in values.items() if k in wanted}
+    return {"Attributes": values} if values else {}
+
+
+async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    given = param_str_map(params, "Attributes")
+    for attribute in given:
+        if attribute in READ_ONLY:
+            raise SqsError("InvalidAttributeName", f"Attribute {attribute} is read-only.")
+    changes = queue_changes(ctx, given)
+    try:
+        await ctx.service.update_queue(name, changes)
+    except QueueError as exc:
+        raise attribute_error(exc) from exc
+    return {}
+
+
+def check_tags(*texts: str) -> None:
+    # PostgreSQL refuses NUL and lone surrogates in tags (jsonb) and in the keys
+    # to remove (text): refused here as a bad parameter, not there as an error 500.
+    for text in texts:
+        if limits.NOT_TEXT_CHAR.search(text):
+            raise SqsError(
+                "InvalidParameterValue",
+                "Invalid characters found in a tag key or value. Valid characters are #x9 | "
+                "#xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF.",
+            )
+
+
+async def tag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    tags = param_str_map(params, "Tags")
+    if not tags:
+        raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+    check_tags(*tags, *tags.values())
+    await ctx.service.change_tags(name, add=tags)
+    return {}
+
+
+async def untag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    keys = param_str_list(params, "TagKeys")
+    if not keys:
+        raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+    check_tags(*keys)
+    await ctx.service.change_tags(name, remove=keys)
+    return {}
+
+
+async def list_queue_tags(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    tags = await ctx.service.queue_tags(queue_of(ctx, params))
+    return {"Tags": tags} if tags else {}
+
+
+async def permissions(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    raise SqsError("UnsupportedOperation", "Queue permissions are not supported by leaseq yet.")

@@ -1,0 +1,136 @@
+"""The context of one SQS request, and reading its parameters in SQS's shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.auth.scopes import EVERYONE, Principal
+from app.queue import limits
+from app.queue.redrive import Redrives
+from app.queue.service import QueueService
+from app.sqs.errors import SqsError
+
+FIFO_NOT_SUPPORTED = "FIFO queues are not supported by leaseq yet."
+
+
+@dataclass
+class Context:
+    service: QueueService
+    redrives: Redrives
+    base_url: str  # scheme://host[:port], from the request
+    account: str
+    region: str
+    sender_id: str
+    gone: asyncio.Event | None = None
+    path_queue: str | None = None  # the queue of a request posted to its queue URL
+    principal: Principal = EVERYONE
+    need: str = "admin"  # the scope action this request's action needs (SCOPES)
+
+    def queue_url(self, name: str) -> str:
+        return f"{self.base_url}/{self.account}/{name}"
+
+    def arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+
+    def name_from_arn(self, arn: str, parameter: str) -> str:
+        parts = arn.split(":")
+        if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not parts[5]:
+            raise SqsError("InvalidParameterValue", f"{parameter} is not an SQS queue ARN.")
+        if parts[4] != self.account:
+            raise SqsError("QueueDoesNotExist", f"The queue {arn} does not exist.")
+        return parts[5]
+
+
+
+def param_str(params: dict[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = params.get(name)
+    if value is None:
+        if required:
+            raise SqsError("MissingParameter", f"The request must contain the parameter {name}.")
+        return None
+    if not isinstance(value, str):
+        raise SqsError("InvalidParameterValue", f"{name} must be a string.")
+    return value
+
+
+def param_required(params: dict[str, Any], name: str) -> str:
+    value = param_str(params, name, required=True)
+    assert value is not None
+    return value
+
+
+def param_int(params: dict[str, Any], name: str) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SqsError("InvalidParameterValue", f"{name} must be an integer.")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
+        return int(value)
+    raise SqsError(
+        "InvalidParameterValue", f"Value {str(value)[:40]} for parameter {name} is invalid."
+    )
+
+
+def param_ranged(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = param_int(params, name)
+    if value is not None and not low <= value <= high:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {value} for parameter {name} is invalid. Reason: Must be between "
+            f"{low} and {high}, if provided.",
+        )
+    return value
+
+
+def param_str_list(params: dict[str, Any], name: str) -> list[str]:
+    value = params.get(name)
+    if value is None or value == "":  # "": botocore's Query form of an empty list
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SqsError("InvalidParameterValue", f"{name} must be a list of strings.")
+    return value
+
+
+def param_str_map(params: dict[str, Any], name: str) -> dict[str, str]:
+    value = params.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise SqsError("InvalidParameterValue", f"{name} must map names to strings.")
+    return value
+
+
+def queue_of(ctx: Context, params: dict[str, Any]) -> str:
+    """The queue a request names: its QueueUrl, else the URL it was posted to."""
+    url = param_str(params, "QueueUrl")
+    if url is None:
+        if ctx.path_queue is not None:
+            ctx.principal.require(ctx.need, ctx.path_queue)
+            return ctx.path_queue
+        raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if len(parts) != 2 or parts[0] != ctx.account or not limits.is_queue_name(parts[1]):
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    ctx.principal.require(ctx.need, parts[1])
+    return parts[1]
+
+
+def check_text(text: str, what: str) -> None:
+    if limits.NOT_TEXT_CHAR.search(text):  # the XML character set SQS accepts
+        raise SqsError(
+            "InvalidMessageContents",
+            f"Invalid characters found in {what}. Valid characters are #x9 | #xA | #xD | "
+            f"#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF.",
+        )
+
+
+def millis(moment: datetime | None) -> str:
+    return "" if moment is None else str(int(moment.timestamp() * 1000))

@@ -1,0 +1,401 @@
+"""SQS actions on messages: send, receive, delete and change visibility, one at
+a time and in batches, with SQS's typed message attributes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from app.errors import InvalidReceiptHandle, LeaseLost
+from app.queue import limits
+from app.queue.models import EntryError, MessageAttribute, OutgoingMessage
+from app.sqs import md5
+from app.sqs.context import (
+    FIFO_NOT_SUPPORTED,
+    Context,
+    check_text,
+    millis,
+    param_int,
+    param_ranged,
+    param_required,
+    param_str,
+    param_str_list,
+    queue_of,
+)
+from app.sqs.errors import SqsError, from_engine
+
+BATCH_MAX = 10
+BATCH_BYTES = 1_048_576  # SQS: the sum of a SendMessageBatch's messages
+_BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[^\x00-\x1f]{1,})?$")
+SYSTEM_ATTRIBUTES = (
+    "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+)
+# Message system attributes of FIFO queues and tracing: never present here.
+SYSTEM_NOT_PRESENT = (
+    "AWSTraceHeader", "MessageDeduplicationId", "MessageGroupId", "SequenceNumber",
+    "SqsManagedSseEnabled", "DeadLetterQueueSourceArn",
+)
+
+
+def _message_attributes(value: Any) -> dict[str, MessageAttribute]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SqsError("InvalidParameterValue", "MessageAttributes must be a map.")
+    if len(value) > limits.MAX_ATTRIBUTES:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Number of message attributes [{len(value)}] exceeds the allowed maximum "
+            f"[{limits.MAX_ATTRIBUTES}].",
+        )
+    typed: dict[str, MessageAttribute] = {}
+    for name, entry in value.items():
+        lowered = name.lower()
+        if (
+            not limits.ATTRIBUTE_NAME.fullmatch(name)
+            or ".." in name
+            or name.startswith(".")
+            or name.endswith(".")
+            or lowered.startswith(("aws.", "amazon."))
+        ):
+            raise SqsError("InvalidParameterValue", f"Message attribute name '{name}' is invalid.")
+        if not isinstance(entry, dict):
+            raise SqsError("InvalidParameterValue", f"Message attribute '{name}' is invalid.")
+        data_type = entry.get("DataType")
+        if not isinstance(data_type, str) or not data_type:
+            raise SqsError(
+                "InvalidParameterValue", f"The message attribute '{name}' must contain a "
+                f"non-empty message attribute type."
+            )
+        if not _DATA_TYPE.fullmatch(data_type) or len(data_type) > 256:
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The type of message attribute '{name}' is invalid. You must use only the "
+                f"following supported type prefixes: Binary, Number, String.",
+            )
+        if entry.get("StringListValues") or entry.get("BinaryListValues"):
+            raise SqsError(
+                "InvalidParameterValue", "Message attribute list values are not supported."
+            )
+        string_value, binary_value = entry.get("StringValue"), entry.get("BinaryValue")
+        if data_type.startswith("Binary"):
+            if not isinstance(binary_value, str) or string_value is not None:
+                raise SqsError(
+                    "InvalidParameterValue",
+                    f"The message attribute '{name}' with type 'Binary' must use field "
+                    f"'Binary'.",
+                )
+            try:
+                raw = base64.b64decode(binary_value, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise SqsError(
+                    "InvalidParameterValue", f"Message attribute '{name}' is not base64."
+                ) from exc
+            if not raw:
+                raise SqsError(
+                    "InvalidParameterValue",
+                    f"The message attribute '{name}' must contain a non-empty value.",
+                )
+            typed[name] = MessageAttribute(data_type=data_type, binary_value=raw)
+            continue
+        if not isinstance(string_value, str) or binary_value is not None or not string_value:
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The message attribute '{name}' must contain a non-empty message attribute "
+                f"value for message attribute type '{data_type.split('.')[0]}'.",
+            )
+        check_text(string_value, f"the message attribute '{name}'")
+        if data_type.startswith("Number"):
+            try:
+                number = Decimal(string_value)
+            except InvalidOperation:
+                number = None
+            if number is None or not number.is_finite() or len(string_value) > 40:
+                raise SqsError(
+                    "InvalidParameterValue",
+                    f"Can't cast the value of message (user) attribute '{name}' to a number.",
+                )
+        typed[name] = MessageAttribute(data_type=data_type, string_value=string_value)
+    return typed
+
+
+def _outgoing(ctx: Context, entry: dict[str, Any]) -> OutgoingMessage:
+    body = param_str(entry, "MessageBody")
+    if not body:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
+    check_text(body, "the message body")
+    for fifo_only in ("MessageDeduplicationId", "MessageGroupId"):
+        if entry.get(fifo_only) is not None:
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The request include parameter {fifo_only}, which is for FIFO queues; "
+                f"{FIFO_NOT_SUPPORTED}",
+            )
+    if entry.get("MessageSystemAttributes"):
+        raise SqsError(
+            "InvalidParameterValue", "MessageSystemAttributes are not supported by leaseq yet."
+        )
+    return OutgoingMessage(
+        body=body,
+        delay=param_ranged(entry, "DelaySeconds", *limits.DELAY),
+        typed_attributes=_message_attributes(entry.get("MessageAttributes")),
+        sender_id=ctx.sender_id,
+    )
+
+
+def _sent(message: OutgoingMessage, message_id: str) -> dict[str, Any]:
+    result = {"MessageId": message_id, "MD5OfMessageBody": md5.of_body(message.body)}
+    digest = md5.of_attributes(message.typed_attributes or {})
+    if digest is not None:
+        result["MD5OfMessageAttributes"] = digest
+    return result
+
+
+async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    message = _outgoing(ctx, params)
+    (result,) = await ctx.service.send(name, [message])
+    if isinstance(result, EntryError):
+        raise from_engine(result.error)
+    return _sent(message, result.message_id)
+
+
+def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """A batch's entries, checked as SQS checks them."""
+    entries = params.get("Entries")
+    if entries == "":  # botocore's Query form of an empty list
+        entries = []
+    if entries is None or entries == []:
+        raise SqsError(
+            "EmptyBatchRequest" if entries == [] else "MissingParameter",
+            "There should be at least one entry in the request.",
+        )
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SqsError("InvalidParameterValue", "Entries must be a list of entries.")
+    if len(entries) > BATCH_MAX:
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {BATCH_MAX}. You have sent "
+            f"{len(entries)}.",
+        )
+    ids = [e.get("Id") for e in entries]
+    for entry_id in ids:
+        if not isinstance(entry_id, str) or not _BATCH_ID.fullmatch(entry_id):
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and "
+                "underscores. It can be at most 80 letters long.",
+            )
+    if len(set(ids)) != len(ids):
+        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.")
+    return entries
+
+
+def _failure(entry_id: str, error: SqsError) -> dict[str, Any]:
+    return {
+        "Id": entry_id,
+        "SenderFault": error.fault == "Sender",
+        "Code": error.name,
+        "Message": error.message,
+    }
+
+
+async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    entries = _entries(params)
+    failed: list[dict[str, Any]] = []
+    ready: list[tuple[str, OutgoingMessage]] = []
+    total = 0
+    for entry in entries:
+        try:
+            message = _outgoing(ctx, entry)
+        except SqsError as error:
+            failed.append(_failure(entry["Id"], error))
+            continue
+        total += len(message.body.encode("utf-8")) + sum(
+            len(k.encode()) + len(v.data_type) + len(v.binary_value or b"")
+            + len((v.string_value or "").encode())
+            for k, v in (message.typed_attributes or {}).items()
+        )
+        ready.append((entry["Id"], message))
+    if total > BATCH_BYTES:
+        raise SqsError(
+            "BatchRequestTooLong",
+            f"Batch requests cannot be longer than {BATCH_BYTES} bytes. You have sent "
+            f"{total} bytes.",
+        )
+    successful: list[dict[str, Any]] = []
+    if ready:
+        results = await ctx.service.send(name, [m for _, m in ready])
+        for (entry_id, message), result in zip(ready, results, strict=True):
+            if isinstance(result, EntryError):
+                failed.append(_failure(entry_id, from_engine(result.error)))
+            else:
+                successful.append({"Id": entry_id, **_sent(message, result.message_id)})
+    return {"Successful": successful, "Failed": failed}
+
+
+def _wants(names: list[str], name: str) -> bool:
+    """Whether a list of message attribute names (with All, .* and prefix.*) asks for
+    `name`."""
+    for wanted in names:
+        if wanted in ("All", ".*") or wanted == name:
+            return True
+        if wanted.endswith(".*") and name.startswith(wanted[:-1]):
+            return True
+    return False
+
+
+async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    system = param_str_list(params, "AttributeNames") + param_str_list(
+        params, "MessageSystemAttributeNames"
+    )
+    for attribute in system:
+        if attribute not in ("All", *SYSTEM_ATTRIBUTES, *SYSTEM_NOT_PRESENT):
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute[:100]}.")
+    wanted_system = SYSTEM_ATTRIBUTES if "All" in system else [
+        a for a in system if a in SYSTEM_ATTRIBUTES
+    ]
+    attribute_names = param_str_list(params, "MessageAttributeNames")
+    max_messages = param_ranged(params, "MaxNumberOfMessages", *limits.RECEIVE_MAX)
+    received = await ctx.service.receive(
+        name,
+        max_messages=1 if max_messages is None else max_messages,
+        visibility_timeout=param_ranged(params, "VisibilityTimeout", *limits.VISIBILITY_TIMEOUT),
+        wait=param_ranged(params, "WaitTimeSeconds", *limits.RECEIVE_WAIT),
+        gone=ctx.gone,
+    )
+    messages = []
+    for message in received:
+        out: dict[str, Any] = {
+            "MessageId": message.message_id,
+            "ReceiptHandle": message.receipt_handle,
+            "MD5OfBody": md5.of_body(message.body),
+            "Body": message.body,
+        }
+        system_values = {
+            "SenderId": message.sender_id or ctx.account,
+            "SentTimestamp": millis(message.sent_at),
+            "ApproximateReceiveCount": str(message.receive_count),
+            "ApproximateFirstReceiveTimestamp": millis(message.first_received_at),
+        }
+        if wanted_system:
+            out["Attributes"] = {k: system_values[k] for k in wanted_system}
+        chosen = {
+            k: v for k, v in message.typed_attributes.items() if _wants(attribute_names, k)
+        }
+        if chosen:
+            out["MD5OfMessageAttributes"] = md5.of_attributes(chosen)
+            out["MessageAttributes"] = {
+                k: {"DataType": v.data_type, "StringValue": v.string_value}
+                if v.binary_value is None
+                else {
+                    "DataType": v.data_type,
+                    "BinaryValue": base64.b64encode(v.binary_value).decode("ascii"),
+                }
+                for k, v in chosen.items()
+            }
+        messages.append(out)
+    return {"Messages": messages} if messages else {}
+
+
+def _receipt_error(error: Exception, action: str) -> SqsError | None:
+    """What SQS answers for a handle the engine refused (None: success)."""
+    if isinstance(error, InvalidReceiptHandle):
+        return SqsError("ReceiptHandleIsInvalid", "The input receipt handle is invalid.")
+    if isinstance(error, LeaseLost):
+        if action == "delete":
+            # SQS: deleting with a handle that is no longer the latest succeeds
+            # and deletes nothing (the engine's conditional delete).
+            return None
+        return SqsError(
+            "MessageNotInflight",
+            "The message referred to is not in flight: it was deleted, or received again "
+            "by another receive.",
+        )
+    return from_engine(error)
+
+
+async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    handle = param_required(params, "ReceiptHandle")
+    (result,) = await ctx.service.delete(name, [handle])
+    if result is not None:
+        error = _receipt_error(result.error, "delete")
+        if error is not None:
+            raise error
+    return {}
+
+
+async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    entries = _entries(params)
+    handles = [e.get("ReceiptHandle") for e in entries]
+    failed, successful = [], []
+    valid = [(e["Id"], h) for e, h in zip(entries, handles, strict=True) if isinstance(h, str)]
+    for entry, handle in zip(entries, handles, strict=True):
+        if not isinstance(handle, str):
+            failed.append(_failure(entry["Id"], SqsError(
+                "MissingParameter", "The request must contain the parameter ReceiptHandle."
+            )))
+    results = await ctx.service.delete(name, [h for _, h in valid]) if valid else []
+    for (entry_id, _), result in zip(valid, results, strict=True):
+        error = None if result is None else _receipt_error(result.error, "delete")
+        if error is None:
+            successful.append({"Id": entry_id})
+        else:
+            failed.append(_failure(entry_id, error))
+    return {"Successful": successful, "Failed": failed}
+
+
+async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    handle = param_required(params, "ReceiptHandle")
+    timeout = param_int(params, "VisibilityTimeout")
+    if timeout is None:
+        raise SqsError(
+            "MissingParameter", "The request must contain the parameter VisibilityTimeout."
+        )
+    (result,) = await ctx.service.change_visibility(name, [(handle, timeout)])
+    if isinstance(result, EntryError):
+        error = _receipt_error(result.error, "change")
+        assert error is not None
+        raise error
+    return {}
+
+
+async def change_message_visibility_batch(
+    ctx: Context, params: dict[str, Any]
+) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    entries = _entries(params)
+    failed, successful = [], []
+    valid: list[tuple[str, str, int]] = []
+    for entry in entries:
+        try:
+            handle = param_required(entry, "ReceiptHandle")
+            timeout = param_ranged(entry, "VisibilityTimeout", *limits.VISIBILITY_TIMEOUT)
+            if timeout is None:
+                raise SqsError(
+                    "MissingParameter", "The request must contain the parameter VisibilityTimeout."
+                )
+        except SqsError as error:
+            failed.append(_failure(entry["Id"], error))
+            continue
+        valid.append((entry["Id"], handle, timeout))
+    results = (
+        await ctx.service.change_visibility(name, [(h, t) for _, h, t in valid]) if valid else []
+    )
+    for (entry_id, _, _), result in zip(valid, results, strict=True):
+        if isinstance(result, EntryError):
+            refused = _receipt_error(result.error, "change")
+            assert refused is not None
+            failed.append(_failure(entry_id, refused))
+        else:
+            successful.append({"Id": entry_id})
+    return {"Successful": successful, "Failed": failed}

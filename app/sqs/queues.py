@@ -1,0 +1,124 @@
+"""SQS actions on queues: create, find, list, delete, purge, and their
+dead-letter sources."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
+from app.errors import QueueError
+from app.queue import limits
+from app.sqs.attributes import attribute_error, check_tags, queue_changes
+from app.sqs.context import (
+    FIFO_NOT_SUPPORTED,
+    Context,
+    param_ranged,
+    param_required,
+    param_str,
+    param_str_map,
+    queue_of,
+)
+from app.sqs.errors import SqsError
+
+LIST_QUEUES_MAX = 1000
+
+
+async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = param_required(params, "QueueName")
+    if name.endswith(".fifo"):
+        raise SqsError("UnsupportedOperation", FIFO_NOT_SUPPORTED)
+    if not limits.is_queue_name(name):
+        raise SqsError(
+            "InvalidParameterValue",
+            "Can only include alphanumeric characters, hyphens, or underscores. "
+            "1 to 80 in length",
+        )
+    ctx.principal.require("admin", name)
+    changes = queue_changes(ctx, param_str_map(params, "Attributes"))
+    tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
+    check_tags(*tags, *tags.values())
+    try:
+        await ctx.service.create_queue(name, changes, tags)
+    except QueueError as exc:
+        error = attribute_error(exc)
+        if error.name == "QueueNameExists":
+            error = SqsError(
+                "QueueNameExists",
+                f"A queue already exists with the same name ({name}) and a different value "
+                f"for an attribute.",
+            )
+        raise error from exc
+    return {"QueueUrl": ctx.queue_url(name)}
+
+
+async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = param_required(params, "QueueName")
+    owner = param_str(params, "QueueOwnerAWSAccountId")
+    if owner not in (None, ctx.account) or not limits.is_queue_name(name):
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    # Every worker asks for its queue's URL first: any scope on the queue will do.
+    if not any(ctx.principal.allows(action, name) for action in SCOPE_ACTIONS):
+        ctx.principal.require("read", name)
+    await ctx.service.get_queue(name)
+    return {"QueueUrl": ctx.queue_url(name)}
+
+
+def _token(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode()
+
+
+def _after(token: str | None) -> str:
+    if not token:
+        return ""
+    try:
+        after = base64.urlsafe_b64decode(token.encode()).decode()
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        after = ""
+    if not limits.is_queue_name(after):
+        raise SqsError("InvalidParameterValue", "Invalid NextToken.")
+    return after
+
+
+async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    prefix = param_str(params, "QueueNamePrefix") or ""
+    limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
+    after = _after(param_str(params, "NextToken"))
+    ctx.principal.require_any("read")
+    page = await ctx.service.list_queues(
+        prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1
+    )
+    more = len(page) > (limit or LIST_QUEUES_MAX)
+    page = page[: limit or LIST_QUEUES_MAX]
+    # A key sees the queues it may read: a page may come out shorter than
+    # MaxResults, and NextToken still continues after the page's last queue.
+    shown = [q for q in page if ctx.principal.allows("read", q.name)]
+    result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]}
+    if more and limit is not None:
+        result["NextToken"] = _token(page[-1].name)
+    return result
+
+
+async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    await ctx.service.delete_queue(queue_of(ctx, params))
+    return {}
+
+
+async def purge_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    await ctx.service.purge(queue_of(ctx, params))
+    return {}
+
+
+async def list_dead_letter_source_queues(
+    ctx: Context, params: dict[str, Any]
+) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
+    after = _after(param_str(params, "NextToken"))
+    sources = [s for s in await ctx.service.dead_letter_sources(name) if s > after]
+    page = sources[: limit or LIST_QUEUES_MAX]
+    result: dict[str, Any] = {"queueUrls": [ctx.queue_url(s) for s in page]}
+    if limit is not None and len(sources) > len(page):
+        result["NextToken"] = _token(page[-1])
+    return result
