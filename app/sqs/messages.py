@@ -12,6 +12,7 @@ from typing import Any
 from app.errors import InvalidReceiptHandle, LeaseLost
 from app.queue import limits
 from app.queue.models import EntryError, MessageAttribute, OutgoingMessage
+from app.queue.service import message_size
 from app.sqs import md5
 from app.sqs.context import (
     FIFO_NOT_SUPPORTED,
@@ -216,11 +217,7 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
         except SqsError as error:
             failed.append(_failure(entry["Id"], error))
             continue
-        total += len(message.body.encode("utf-8")) + sum(
-            len(k.encode()) + len(v.data_type) + len(v.binary_value or b"")
-            + len((v.string_value or "").encode())
-            for k, v in (message.typed_attributes or {}).items()
-        )
+        total += message_size(message)  # counted as each message is, summed
         ready.append((entry["Id"], message))
     if total > BATCH_BYTES:
         raise SqsError(
