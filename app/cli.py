@@ -211,19 +211,15 @@ def _unsafe_to_serve(
 
 
 async def _any_key_stored(database_url: str) -> bool:
-    import asyncpg
+    from app.auth.store import Q
+    from app.db.engine import create_engine
 
-    from app.db.engine import plain_url
-
-    conn = await asyncpg.connect(plain_url(database_url))
+    engine = create_engine(database_url, pool_size=1)
     try:
-        found: bool = await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL"
-            " AND (expires_at IS NULL OR expires_at > now()))"
-        )
-        return found
+        async with engine.connect() as conn:
+            return bool((await conn.execute(Q.any_api_key)).scalar_one())
     finally:
-        await conn.close()
+        await engine.dispose()
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 from typing import Any, TextIO
 
 from app.auth import receipt_keys
@@ -67,8 +66,6 @@ async def run(command: str, args: Any, *, database_url: str, master: bytes,
             return 0
         if command == "rotate-receipts":
             async with catalog.transaction() as conn:
-                # A database no service has started on yet has no first key.
-                await conn.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
                 key_id = await receipt_keys.rotate(conn)
             print(f"receipt key {key_id} added: it signs new handles in "
                   f"{receipt_keys.ACTIVATION_SECONDS:g} s; older keys still verify "

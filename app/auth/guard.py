@@ -160,7 +160,7 @@ class Guard:
         try:
             headers = _headers(scope)
             self._check_host(headers)
-            self._check_origin(scope, headers)
+            self._check_origin(headers)
             path: str = scope["path"]
             if path not in self._open_paths and not is_sqs_door(path):
                 self._check_json(scope, headers)
@@ -183,7 +183,7 @@ class Guard:
                 f"Host {host[:100]!r} is not one this service answers to (LEASEQ_ALLOWED_HOSTS)."
             )
 
-    def _check_origin(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
+    def _check_origin(self, headers: dict[bytes, bytes]) -> None:
         # Browsers name the page's origin on every cross-origin request and on
         # every POST; `Sec-Fetch-Site` marks even a plain <img> or link. Anything
         # a page of another site makes this browser send is refused, unless

@@ -40,8 +40,7 @@ class ReceiptKeyring:
 
     async def start(self) -> None:
         async with self._engine.begin() as conn:
-            # Replicas starting together on a new database: the first insert wins.
-            await conn.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
+            await ensure_first(conn)
         await self.reload()
         self.loaded = True
 
@@ -86,8 +85,15 @@ class ReceiptKeyring:
             self._reloading.cancel()
 
 
+async def ensure_first(conn: Any) -> None:
+    """Key 1, on a database that has none yet. Replicas starting together, or a
+    rotation before any service started: the first insert wins."""
+    await conn.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
+
+
 async def rotate(conn: Any) -> int:
     """Adds a receipt key (it signs after ACTIVATION_SECONDS); its id."""
+    await ensure_first(conn)
     await conn.execute(Q.lock_receipt_keys)
     key_id: int = (await conn.execute(
         Q.rotate_receipt_key, {"secret": secrets.token_bytes(32)}

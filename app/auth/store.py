@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -83,9 +83,10 @@ class KeyStore:
         self._transaction = transaction
         self._master = master
         self._listening = listening
+        # id -> (principal, secret, its hash): hashed once, not per request.
         self._static = {
             key_id: (Principal(key_id, "LEASEQ_SQS_CREDENTIALS", parse_scopes(ALL_SCOPES)),
-                     secret)
+                     secret, tokens.secret_hash(secret))
             for key_id, secret in (static or {}).items()
         }
         self._cache: dict[str, _Cached] = {}
@@ -119,9 +120,7 @@ class KeyStore:
         if text in (NOTICE, "*:changed"):
             self._cache.clear()
             self._missing.clear()
-            task = asyncio.get_running_loop().create_task(self._refresh_quietly())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self._refresh_quietly())
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -139,9 +138,10 @@ class KeyStore:
         key_id, secret = parts
         static = self._static.get(key_id)
         if static is not None:
-            if not tokens.hash_matches(secret, tokens.secret_hash(static[1])):
+            principal, _, expected = static
+            if not tokens.hash_matches(secret, expected):
                 raise Unauthenticated("The API key is not valid.")
-            return static[0]
+            return principal
         cached = await self._lookup(key_id)
         if cached is None or not tokens.hash_matches(secret, cached.secret_hash):
             raise Unauthenticated("The API key is not valid, revoked or expired.")
@@ -152,7 +152,7 @@ class KeyStore:
         """The principal and secret of an access key id, for checking a SigV4 signature."""
         static = self._static.get(key_id)
         if static is not None:
-            return static
+            return static[0], static[1]
         if not tokens.KEY_ID.fullmatch(key_id):
             return None
         cached = await self._lookup(key_id)
@@ -205,7 +205,11 @@ class KeyStore:
         if self._touched.get(key_id, 0.0) > now:
             return
         self._touched[key_id] = now + 60.0
-        task = asyncio.get_running_loop().create_task(self._write_touch(key_id))
+        self._spawn(self._write_touch(key_id))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Background work, kept referenced until done and cancelled by close()."""
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

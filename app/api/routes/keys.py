@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 
 from fastapi import APIRouter, Request, Response, status
@@ -53,7 +54,7 @@ class KeyOut(BaseModel):
 
     @classmethod
     def of(cls, info: KeyInfo) -> KeyOut:
-        return cls(**info.__dict__)
+        return cls(**asdict(info))
 
 
 class KeyCreated(KeyOut):
