@@ -212,12 +212,12 @@ def _unsafe_to_serve(
 
 async def _any_key_stored(database_url: str) -> bool:
     from app.auth.store import Q
+    from app.db.connector import Connector
     from app.db.engine import create_engine
 
     engine = create_engine(database_url, pool_size=1)
     try:
-        async with engine.connect() as conn:
-            return bool((await conn.execute(Q.any_api_key)).scalar_one())
+        return bool((await Connector(engine).fetch(Q.any_api_key))[0][0])
     finally:
         await engine.dispose()
 

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,8 +23,10 @@ from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
 from app.auth.tokens import split_bearer
 from app.config import Settings, get_settings, parse_credentials
+from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine
 from app.errors import DatabaseUnavailable, LeaseqError
+from app.queue.catalog import QueueCatalog
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
@@ -138,15 +139,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_waiters=settings.max_waiters,
             max_waiters_per_queue=settings.max_waiters_per_queue,
         )
+        db = Connector(engine)
         listener = Listener(database_url, hub)
         master = settings.master_secret()
-        keyring = ReceiptKeyring(engine, legacy=master)
+        keyring = ReceiptKeyring(db, legacy=master)
+        catalog = QueueCatalog(db, hub)
         service = QueueService(
-            engine, hub, keyring.signer, pool_wait_seconds=settings.pool_wait_seconds
+            db, catalog, hub, keyring.signer, pool_wait_seconds=settings.pool_wait_seconds
         )
         keys = KeyStore(
-            service.transaction, master=master, listening=lambda: hub.listening,
-            static=credentials,
+            db, master=master, listening=lambda: hub.listening, static=credentials,
         )
         loading = asyncio.create_task(_load_keys(keyring, keys, settings), name="leaseq-keys")
         # Serve once the keys are loaded; a database that cannot be reached yet
@@ -164,12 +166,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.keyring = keyring
         app.state.settings = settings
         app.state.hub = hub
-        app.state.loop = asyncio.get_running_loop()
+        app.state.db = db
         app.state.listener = listener
         app.state.service = service
         app.state.swept = asyncio.Event()
         app.state.redrives = redrives = Redrives(
-            service, hold_seconds=settings.redrive_hold_seconds
+            db, catalog, hold_seconds=settings.redrive_hold_seconds
         )
         listener.start()
         background = [
@@ -182,7 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-redrive",
             ),
             asyncio.create_task(
-                vacuum_forever(service, settings.vacuum_check_seconds),
+                vacuum_forever(db, settings.vacuum_check_seconds),
                 name="leaseq-vacuum",
             ),
         ]
@@ -274,7 +276,7 @@ async def _load_keys(keyring: ReceiptKeyring, keys: KeyStore, settings: Settings
             await keys.refresh()
             await _bootstrap_admin_key(keys, settings)
             return
-        except (DatabaseUnavailable, OSError, DBAPIError, TimeoutError) as exc:
+        except (DatabaseUnavailable, DatabaseError) as exc:
             _log.warning("cannot load the keys yet (%s); retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app.queue.sql import DRIVER
+from app.queue.sql import Q
 
 
 async def make_queue(client: httpx.AsyncClient, name: str = "jobs", **attributes: Any) -> str:
@@ -58,5 +58,5 @@ async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 20.0
 def positional(name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
     """A named query of app/queue/queries.sql in asyncpg's $n form (the service's
     own translation), with its arguments in order."""
-    sql, names = DRIVER[name]
-    return sql, [params[n] for n in names]
+    query = getattr(Q, name)
+    return query.sql, [params[n] for n in query.params]

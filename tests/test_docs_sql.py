@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.queue.sql import SOURCE
+from app.queue.sql import Q
+
+SOURCE = Q.source
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "state-machine.md"
 _BLOCK = re.compile(r"```sql\n(.*?)```", re.DOTALL)

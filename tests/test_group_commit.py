@@ -9,8 +9,9 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from support import make_queue, receive, send, wait_until
+from support import eventually, make_queue, receive, send, wait_until
 
+from app.db.connector import DatabaseError
 from app.errors import DatabaseUnavailable
 from app.queue.coalesce import Coalescer
 from app.queue.models import OutgoingMessage, SentMessage
@@ -140,17 +141,16 @@ async def test_concurrent_single_sends_share_inserts_and_all_land(
 ) -> None:
     await make_queue(client, "grouped")
     group = _service(client).group
-    before = group.sends.statements
+    before = group.line("send").statements
     ids = await asyncio.gather(*(send(client, "grouped", f"m{i}") for i in range(60)))
-    statements = group.sends.statements - before
+    statements = group.line("send").statements - before
     assert len(set(ids)) == 60
     assert statements < 60, "no two sends shared a statement"
     metrics = (await client.get("/metrics")).text
-    assert f'leaseq_grouped_requests_total{{operation="send"}} {group.sends.requests}' in metrics
-    assert f'leaseq_grouped_statements_total{{operation="send"}} {group.sends.statements}' in (
-        metrics
-    )
-    assert group.sends.requests == 60
+    line = group.line("send")
+    assert f'leaseq_grouped_requests_total{{operation="send"}} {line.requests}' in metrics
+    assert f'leaseq_grouped_statements_total{{operation="send"}} {line.statements}' in metrics
+    assert group.line("send").requests == 60
     rows = await db.fetch(
         "SELECT body FROM messages m JOIN queues q ON q.id = m.queue_id WHERE q.name = 'grouped'"
     )
@@ -166,14 +166,14 @@ async def test_concurrent_short_polls_share_claims_and_never_share_a_message(
     )
     assert response.status_code == 200
     group = _service(client).group
-    before = group.claims.statements
+    before = group.line("claim").statements
     batches = await asyncio.gather(
         *(receive(client, "grouped", max=2, visibility_timeout=60) for _ in range(40))
     )
     bodies = [m["body"] for batch in batches for m in batch]
     assert sorted(bodies, key=int) == [str(i) for i in range(50)]  # each exactly once
     assert all(len(batch) <= 2 for batch in batches)
-    assert group.claims.statements - before < 40
+    assert group.line("claim").statements - before < 40
     tokens = [m["fencing_token"] for batch in batches for m in batch]
     assert len(set(tokens)) == 50
 
@@ -240,7 +240,7 @@ async def test_an_entry_postgresql_refuses_fails_only_its_own_send(
         *(service.send("grouped", [OutgoingMessage(body=b)]) for b in bodies),
         return_exceptions=True,
     )
-    assert isinstance(results[5], asyncpg.PostgresError)
+    assert isinstance(results[5], DatabaseError)
     assert all(
         isinstance(r, list) and isinstance(r[0], SentMessage)
         for i, r in enumerate(results) if i != 5
@@ -268,5 +268,40 @@ async def test_heartbeats_across_many_queues_hold_at_most_their_connection_budge
         for _ in range(3) for queue, handle in handles
     ))
     assert [a.status_code for a in answers] == [200] * 120
-    assert group.changes_in_flight_peak == 2  # eight queues, yet never more than two
-    assert group.changes_in_flight == 0
+    assert group.budgeted_in_flight_peak == 2  # eight queues, yet never more than two
+    assert group.budgeted_in_flight == 0
+
+
+async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """A short poll cancelled while its grouped claim runs (its client went away):
+    the message it took is visible again at once, and the receive it counted is
+    taken back, so it comes no nearer to its dead-letter queue."""
+    await make_queue(client, "abandoned")
+    await send(client, "abandoned", "lonely")
+    service = _service(client)
+    claims = service.group.line("claim")
+    before = claims.statements
+    async with db.transaction():
+        # The claim's UPDATE waits for this lock: the request is cancelled meanwhile.
+        await db.execute("LOCK TABLE messages IN SHARE MODE")
+        receiving = asyncio.create_task(service.receive("abandoned", max_messages=1, wait=0))
+        await wait_until(lambda: claims.statements > before)
+        await wait_until(lambda: claims.requests > 0)
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+
+    async def given_back() -> bool:
+        row = await db.fetchrow(
+            "SELECT receive_count, leased, first_received_at, visible_at <= clock_timestamp() "
+            "AS visible FROM messages"
+        )
+        return row is not None and not row["leased"] and row["visible"]
+
+    await eventually(given_back, seconds=10)
+    row = await db.fetchrow("SELECT receive_count, first_received_at FROM messages")
+    assert row["receive_count"] == 0 and row["first_received_at"] is None
+    (message,) = await receive(client, "abandoned")
+    assert message["body"] == "lonely" and message["receive_count"] == 1

@@ -21,6 +21,7 @@ from support import make_queue, receive, send, wait_until
 
 from app.cli import _run_uvicorn
 from app.config import Settings
+from app.db.connector import Connector
 from app.db.engine import create_engine
 from app.errors import DatabaseUnavailable, Overloaded
 from app.queue.catalog import QueueCatalog
@@ -122,7 +123,7 @@ async def test_an_admitted_long_poll_keeps_its_seat_while_it_looks_again(
     first = asyncio.create_task(receive(client, queue, wait=20))
     await wait_until(lambda: hub.parked() == 1)
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
-    async with state.service._engine.connect():  # the only connection: its look waits
+    async with state.db.engine.connect():  # the only connection: its look waits
         hub.on_notification(payload(queue_id, ready=1))  # woken, with nothing for it
         await wait_until(lambda: hub.parked() == 0)
         _refused(await client.get(f"/v1/queues/{queue}/receive", params={"wait": 20}))
@@ -182,7 +183,7 @@ async def test_a_heartbeat_past_its_share_of_the_pool_is_refused_in_bounded_time
             "(SELECT id FROM queues WHERE name = 'stuck') FOR UPDATE"
         )
         stuck = asyncio.create_task(client.patch(handles["stuck"], json={"timeout": 60}))
-        await wait_until(lambda: service.group.changes_in_flight == 1)
+        await wait_until(lambda: service.group.budgeted_in_flight == 1)
         started = time.monotonic()
         async with asyncio.timeout(10):
             waiting = await client.patch(handles["waiting"], json={"timeout": 60})
@@ -191,7 +192,7 @@ async def test_a_heartbeat_past_its_share_of_the_pool_is_refused_in_bounded_time
         async with asyncio.timeout(10):
             _refused(await stuck)
     # The lock gone, the stuck statement ends and the share is free again.
-    await wait_until(lambda: service.group.changes_in_flight == 0)
+    await wait_until(lambda: service.group.budgeted_in_flight == 0)
     answered = await client.patch(handles["waiting"], json={"timeout": 60})
     assert answered.status_code == 200, answered.text
 
@@ -200,7 +201,7 @@ async def test_a_request_finding_no_free_connection_fails_in_bounded_time(
     database_url: str,
 ) -> None:
     engine = create_engine(database_url, pool_size=1, pool_timeout=0.3)
-    catalog = QueueCatalog(engine, WaitHub())
+    catalog = QueueCatalog(Connector(engine), WaitHub())
     try:
         async with engine.connect():  # the pool's only connection, held
             started = time.monotonic()
@@ -270,4 +271,4 @@ async def test_the_settings_reach_the_pool_the_hub_and_the_service(
     state = _state(client)
     assert (state.hub.max_waiters, state.hub.max_waiters_per_queue) == (7, 3)
     assert state.service.pool_wait_seconds == 0.25
-    assert state.service._engine.pool.timeout() == 0.25
+    assert state.db.engine.pool.timeout() == 0.25

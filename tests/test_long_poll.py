@@ -23,7 +23,7 @@ async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
 
 async def _queue_id(client: httpx.AsyncClient, queue: str) -> int:
     app: Any = client.app  # type: ignore[attr-defined]
-    async with app.state.service._engine.connect() as conn:
+    async with app.state.db.engine.connect() as conn:
         result = await conn.exec_driver_sql("SELECT id FROM queues WHERE name = $1", (queue,))
         return int(result.scalar_one())
 
@@ -52,7 +52,7 @@ async def test_a_waiting_receive_holds_no_database_connection(
     queue = await make_queue(client)
     waiters = [asyncio.create_task(receive(client, queue, wait=20)) for _ in range(30)]
     await parked(client, queue, 30)
-    pool = client.app.state.service._engine.pool  # type: ignore[attr-defined]
+    pool = client.app.state.db.engine.pool  # type: ignore[attr-defined]
     assert pool.checkedout() == 0
     busy = await db.fetchval(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -252,7 +252,7 @@ async def test_a_queue_change_in_another_process_is_seen_at_once(
     assert patched.status_code == 200
     hub: Any = here.app.state.hub  # type: ignore[attr-defined]
     service: Any = here.app.state.service  # type: ignore[attr-defined]
-    await wait_until(lambda: service._cached_queue(queue) is None)
+    await wait_until(lambda: service.queues.cached(queue) is None)
     (message,) = await receive(here, queue, wait=1)
     assert message["lease_seconds"] == 77
     assert hub.listening

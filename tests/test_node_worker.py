@@ -111,7 +111,7 @@ async def test_the_node_worker_heartbeats_checkpoints_and_acknowledges(
     flaky = await api.send(
         "node", json.dumps({"steps": 3, "step": 0.1, "checkpoint": True, "fail": True})
     )
-    worker = await node_worker("node", "--lease", "1", "--concurrency", "2")
+    worker = await node_worker("node", "--visibility-timeout", "1", "--concurrency", "2")
     await wait_empty(api, "node", 20)
 
     started = worker.events("started")
@@ -166,7 +166,7 @@ async def test_the_node_worker_releases_through_the_endpoint_and_checkpoints_by_
     await api.send(
         "nodeladder", json.dumps({"steps": 3, "step": 0.05, "checkpoint": True, "fail": True})
     )
-    worker = await node_worker("nodeladder", "--lease", "5")
+    worker = await node_worker("nodeladder", "--visibility-timeout", "5")
     await wait_until(lambda: worker.said(r"released, visible again in 30s$"), seconds=20)
     stats = (await api.get_queue("nodeladder")).stats
     assert stats is not None and (stats.visible, stats.in_flight, stats.delayed) == (0, 0, 1)

@@ -31,9 +31,8 @@ async def test_rotation_and_retirement_across_processes(
     (old,) = await receive(one, queue)
     assert key_of(old["receipt_handle"]) == 1
 
-    service = one.app.state.service  # type: ignore[attr-defined]
-    async with service.transaction() as conn:
-        new_key = await receipt_keys.rotate(conn)
+    async with one.app.state.db.transaction() as session:  # type: ignore[attr-defined]
+        new_key = await receipt_keys.rotate(session)
     assert new_key == 2
     # Both processes verify with key 2 before either signs with it.
     await wait_until(lambda: ring_two.signer.key_ids == [1, 2], seconds=2)
@@ -49,9 +48,9 @@ async def test_rotation_and_retirement_across_processes(
                            json={"timeout": 30})
     assert beat.status_code == 200  # signed by key 1, which still verifies
 
-    async with service.transaction() as conn:
-        assert not await receipt_keys.retire(conn, 2)  # the newest keeps signing
-        assert await receipt_keys.retire(conn, 1)
+    async with one.app.state.db.transaction() as session:  # type: ignore[attr-defined]
+        assert not await receipt_keys.retire(session, 2)  # the newest keeps signing
+        assert await receipt_keys.retire(session, 1)
     await wait_until(lambda: ring_two.signer.key_ids == [2], seconds=2)
     gone = await two.delete(f"/v1/queues/{queue}/messages/{old['receipt_handle']}")
     assert gone.status_code == 400 and gone.json()["code"] == "invalid_receipt_handle"

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
 from support import make_queue, positional
 
-from app.queue.sql import DRIVER, SOURCE, _parse, fetch
+from app.db.connector import Connector
+from app.db.queries import load
+from app.queue.sql import Q
 
-AUTH_SOURCE = _parse(Path("app/auth/queries.sql").read_text())
+SOURCE = Q.source
+AUTH_SOURCE = load("app.auth").source
 
 
 def test_every_named_query_is_used() -> None:
     code = "\n".join(p.read_text() for p in Path("app").rglob("*.py"))
     used = set(re.findall(r"\bQ\.(\w+)", code))
-    used |= set(re.findall(r"\bfetch\(\s*conn,\s*\"(\w+)\"", code))  # the driver path
     named = set(SOURCE) | set(AUTH_SOURCE)
     assert not set(SOURCE) & set(AUTH_SOURCE), "a name in both queries.sql files"
     assert named == used
@@ -54,29 +55,29 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     await make_queue(client, "plans")
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'plans'")
     await db.execute("VACUUM ANALYZE messages")  # empty, as after a purge
-    service: Any = client.app.state.service  # type: ignore[attr-defined]
     params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
               "dead_letter_queue_id": None, "max_receive_count": None}
     scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages'"
-    async with service._engine.connect() as conn:  # a connection of the service's pool
+    connector: Connector = client.app.state.db  # type: ignore[attr-defined]
+    async with connector.session() as session:  # a connection of the service's pool
         for _ in range(10):
-            await fetch(conn, "claim_messages", params)
+            await session.fetch(Q.claim_messages, params)
         await db.execute(
             "INSERT INTO messages (queue_id, body, visible_at) "
             "SELECT $1, 'x', now() - (g % 100) * interval '1 second' "
             "FROM generate_series(1, 20000) g",
             queue_id,
         )
-        driver = (await conn.get_raw_connection()).driver_connection
+        driver = session._driver
         await driver.execute("SELECT pg_stat_force_next_flush()")
         before = await driver.fetchrow(scans)
         for _ in range(5):
-            assert (await fetch(conn, "claim_messages", params))[0].id is not None
+            assert (await session.fetch(Q.claim_messages, params))[0]["id"] is not None
         await driver.execute("SELECT pg_stat_force_next_flush()")
         after = await driver.fetchrow(scans)
         plans = await driver.fetchrow(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement = $1", DRIVER["claim_messages"][0],
+            "WHERE statement = $1", Q.claim_messages.sql,
         )
     assert after["seq_scan"] == before["seq_scan"]
     assert after["idx_scan"] > before["idx_scan"]

@@ -45,15 +45,15 @@ async def test_the_service_vacuums_the_table_when_autovacuum_is_off_for_it(
 async def test_nothing_is_done_below_the_threshold_or_while_autovacuum_runs(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
-    service: Any = client.app.state.service  # type: ignore[attr-defined]
+    db_: Any = client.app.state.db  # type: ignore[attr-defined]
     await make_queue(client, "churn")
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'churn'")
     await db.execute("ALTER TABLE messages SET (autovacuum_enabled = false)")
     await _dead_tuples(db, queue_id, 100)
-    assert await vacuum_if_needed(service) is False  # too few dead tuples
+    assert await vacuum_if_needed(db_) is False  # too few dead tuples
     await _dead_tuples(db, queue_id, DEAD_TUPLES + 500)
     await db.execute("ALTER TABLE messages SET (autovacuum_enabled = true)")
     autovacuum = await db.fetchval("SELECT current_setting('autovacuum')::boolean")
     # Where the server runs autovacuum, it is left to it; where it does not
     # (some CI servers), the table's own setting cannot turn it on.
-    assert await vacuum_if_needed(service) is (not autovacuum)
+    assert await vacuum_if_needed(db_) is (not autovacuum)

@@ -392,7 +392,7 @@ async def test_a_sync_handler_runs_off_the_event_loop_with_a_heartbeat_thread(
             ctx.raise_if_cancelled()
             time.sleep(0.05)
 
-    worker = Worker(handler, queue="sync", url=url, wait=1, lease=1)
+    worker = Worker(handler, queue="sync", url=url, wait=1, visibility_timeout=1)
     assert worker.heartbeat_mode == "thread"
     async with running(worker):
         await wait_until(lambda: worker.stats.acknowledged == 1, seconds=15)
@@ -511,7 +511,7 @@ async def test_a_lost_lease_cancels_an_async_handler_within_one_period(
             cancelled.append((time.monotonic(), ctx.cancel_reason))
             raise
 
-    worker = Worker(handler, queue="lost", url=url, wait=1, lease=3)  # beats every 1 s
+    worker = Worker(handler, queue="lost", url=url, wait=1, visibility_timeout=3)  # beats every 1 s
     async with running(worker):
         await wait_until(lambda: bool(handles))
         mine = await steal(api, "lost", handles[0])
@@ -539,7 +539,7 @@ async def test_a_lost_lease_is_told_to_a_sync_handler_and_never_acknowledged(
         told.append((time.monotonic(), ctx.cancel_reason))
         # returning normally after the token fired is still not a success
 
-    worker = Worker(handler, queue="lostsync", url=url, wait=1, lease=3)
+    worker = Worker(handler, queue="lostsync", url=url, wait=1, visibility_timeout=3)
     async with running(worker):
         await wait_until(lambda: bool(handles))
         mine = await steal(api, "lostsync", handles[0])
@@ -585,7 +585,7 @@ async def test_failing_beats_cancel_the_handler_when_the_lease_runs_out(
             cancelled.append((time.monotonic(), ctx.cancel_reason))
             raise
 
-    worker = Worker(handler, queue="cut", url=url, wait=1, lease=2,
+    worker = Worker(handler, queue="cut", url=url, wait=1, visibility_timeout=2,
                     transport=lambda: Partition(attempts))
     async with running(worker):
         await wait_until(lambda: worker.stats.abandoned == 1, seconds=6)
@@ -630,7 +630,7 @@ async def test_the_lease_clock_starts_when_the_receive_is_sent(
     async def handler(message: Message, ctx: AsyncContext) -> None:
         remaining.append(ctx.lease_remaining)
 
-    worker = Worker(handler, queue="clock", url=url, wait=1, lease=4,
+    worker = Worker(handler, queue="clock", url=url, wait=1, visibility_timeout=4,
                     transport=lambda: SlowReceive(0.8))
     async with running(worker):
         await wait_until(lambda: worker.stats.acknowledged == 1)
@@ -659,7 +659,8 @@ async def test_a_checkpoint_renews_the_lease_and_resumes_a_redelivered_job(
                 time.sleep(1.0)  # the next checkpoint finds the lease 1 s shorter
 
     # beats only every 1.9 s, so the checkpoint is what renews the lease here
-    worker = Worker(handler, queue="resume", url=url, wait=1, lease=2, heartbeat_period=1.9)
+    worker = Worker(handler, queue="resume", url=url, wait=1, visibility_timeout=2,
+                    heartbeat_period=1.9)
     async with running(worker):
         await wait_until(lambda: worker.stats.acknowledged == 1, seconds=10)
     assert units == [(1, 0), (1, 1), (1, 2), (2, 3), (2, 4), (2, 5)]
@@ -686,7 +687,8 @@ async def test_a_checkpoint_keeps_the_worker_s_lease_on_a_queue_with_a_zero_time
         ctx.raise_if_cancelled()
 
     # beats only every 4.9 s: until then the checkpoint alone holds the lease
-    worker = Worker(handler, queue="zero", url=url, wait=1, lease=5, heartbeat_period=4.9)
+    worker = Worker(handler, queue="zero", url=url, wait=1, visibility_timeout=5,
+                    heartbeat_period=4.9)
     async with running(worker):
         await wait_until(checkpointed.is_set)
         assert await api.receive("zero", visibility_timeout=30, wait=0) == []  # a rival
@@ -848,7 +850,7 @@ async def test_a_queue_without_a_lease_needs_one_from_the_worker(
         raise AssertionError("never called")
 
     worker = Worker(handler, queue="zero-lease", url=url, wait=1)
-    with pytest.raises(ValueError, match="give the worker a lease"):
+    with pytest.raises(ValueError, match="give the worker one"):
         async with asyncio.timeout(10):
             await worker.serve()
 
@@ -857,8 +859,10 @@ async def test_a_queue_without_a_lease_needs_one_from_the_worker(
     ("options", "message"),
     [
         ({"concurrency": 0}, "concurrency"),
-        ({"lease": 0}, "lease"),
-        ({"lease": 3, "heartbeat_period": 3}, "heartbeat period"),
+        ({"visibility_timeout": 0}, "visibility timeout"),
+        ({"lease": 0}, "visibility timeout"),  # the option's earlier name
+        ({"lease": 3, "visibility_timeout": 4}, "not both"),
+        ({"visibility_timeout": 3, "heartbeat_period": 3}, "heartbeat period"),
         ({"wait": 21}, "wait"),
     ],
 )
@@ -868,6 +872,16 @@ def test_worker_options_are_checked(options: dict[str, Any], message: str) -> No
 
     with pytest.raises(ValueError, match=message):
         Worker(handler, queue="q", **options)
+
+
+def test_the_visibility_timeout_option_keeps_its_earlier_name() -> None:
+    def handler(message: Message, ctx: Context) -> None:
+        pass
+
+    assert Worker(handler, queue="q", lease=7).visibility_timeout == 7
+    for flag in ("--visibility-timeout", "--lease"):
+        args = _parser().parse_args(["worker", "--queue", "q", flag, "9", "m:f"])
+        assert args.visibility_timeout == 9
 
 
 def test_the_cli_s_retry_options_give_the_worker_a_backoff_or_leave_it_to_the_queue() -> None:

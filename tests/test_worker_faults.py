@@ -214,10 +214,10 @@ def test_a_killed_worker_s_message_is_redelivered_and_completed_once(
 ) -> None:
     queue = make_queue(service, LEASE)
     message_id = send(service, queue, {"steps": 10, "step": 0.1})
-    first = workers.start(queue, STEPS, "--lease", str(LEASE))
+    first = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(lambda: bool(store.events("started")), "the first worker to start")
     first.kill()  # SIGKILL: no cleanup, no release, the lease just runs out
-    second = workers.start(queue, STEPS, "--lease", str(LEASE))
+    second = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(lambda: is_empty(service, queue), "the message to be completed and deleted")
 
     a = one(events_of(store, "started", first))
@@ -237,10 +237,10 @@ def test_a_frozen_worker_is_cancelled_when_it_thaws_and_never_acknowledges(
     # SIGSTOP: alive but unable to renew, like a VM pause or a stop-the-world.
     queue = make_queue(service, LEASE)
     message_id = send(service, queue, {"steps": 20, "step": 0.1})
-    first = workers.start(queue, STEPS, "--lease", str(LEASE))
+    first = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(lambda: bool(events_of(store, "unit", first)), "the first worker to work")
     first.proc.send_signal(signal.SIGSTOP)
-    second = workers.start(queue, STEPS, "--lease", str(LEASE))
+    second = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(lambda: bool(events_of(store, "finished", second)), "the second worker to finish")
     wait_for(lambda: is_empty(service, queue), "the second worker's acknowledgement")
 
@@ -286,11 +286,11 @@ def test_a_cut_network_cancels_the_handler_before_the_message_is_redelivered(
     queue = make_queue(service, LEASE)
     message_id = send(service, queue, {"steps": 30, "step": 0.1})
     with proxy_to(service) as (proxied, proxy):
-        first = workers.start(queue, STEPS_ASYNC, "--lease", str(LEASE), url=proxied)
+        first = workers.start(queue, STEPS_ASYNC, "--visibility-timeout", str(LEASE), url=proxied)
         wait_for(lambda: bool(events_of(store, "unit", first)), "the first worker to work")
         proxy.send_signal(signal.SIGSTOP)  # the path to the service is a black hole now
         cut = time.monotonic()
-        second = workers.start(queue, STEPS_ASYNC, "--lease", str(LEASE))
+        second = workers.start(queue, STEPS_ASYNC, "--visibility-timeout", str(LEASE))
         wait_for(lambda: bool(events_of(store, "cancelled", first)), "the first handler to stop")
         wait_for(lambda: is_empty(service, queue), "the second worker to finish")
         proxy.send_signal(signal.SIGCONT)
@@ -319,9 +319,9 @@ def test_a_handler_ten_leases_long_completes_on_heartbeats_alone(
 ) -> None:
     queue = make_queue(service, 1)
     message_id = send(service, queue, {"steps": 105, "step": 0.1})  # 10.5 one-second leases
-    first = workers.start(queue, STEPS, "--lease", "1")
+    first = workers.start(queue, STEPS, "--visibility-timeout", "1")
     wait_for(lambda: bool(store.events("started")), "the first worker to start")
-    rival = workers.start(queue, STEPS, "--lease", "1")  # polls the queue all along
+    rival = workers.start(queue, STEPS, "--visibility-timeout", "1")  # polls the queue all along
     wait_for(lambda: is_empty(service, queue), "the long job to finish", timeout=40)
 
     started = one(store.events("started"))  # never redelivered, to anyone
@@ -339,14 +339,14 @@ def test_a_killed_long_job_resumes_from_its_last_checkpoint(
 ) -> None:
     queue = make_queue(service, LEASE)
     send(service, queue, {"steps": 20, "step": 0.1, "checkpoint": True})
-    first = workers.start(queue, STEPS, "--lease", str(LEASE))
+    first = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(
         lambda: any(int(e.detail or 0) >= 6 for e in events_of(store, "checkpointed", first)),
         "six units checkpointed",
     )
     first.kill()
     saved = max(int(e.detail or 0) for e in events_of(store, "checkpointed", first))
-    second = workers.start(queue, STEPS, "--lease", str(LEASE))
+    second = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE))
     wait_for(lambda: is_empty(service, queue), "the job to finish")
 
     resumed = one(events_of(store, "started", second))
@@ -363,7 +363,7 @@ def test_a_blocked_event_loop_keeps_its_lease_with_the_heartbeat_thread(
 ) -> None:
     queue = make_queue(service, 1)
     send(service, queue, {"block": 3.5})  # blocks the handler's loop for 3.5 leases
-    worker = workers.start(queue, BLOCKING, "--lease", "1", "--heartbeat", "thread")
+    worker = workers.start(queue, BLOCKING, "--visibility-timeout", "1", "--heartbeat", "thread")
     wait_for(lambda: bool(store.events("started")), "the handler to start")
 
     def never_visible_until_finished() -> bool:
@@ -383,7 +383,7 @@ def test_a_blocked_event_loop_loses_its_lease_with_a_same_loop_heartbeat(
 ) -> None:
     queue = make_queue(service, 1)
     send(service, queue, {"block": 3.5})
-    worker = workers.start(queue, BLOCKING, "--lease", "1", "--heartbeat", "task")
+    worker = workers.start(queue, BLOCKING, "--visibility-timeout", "1", "--heartbeat", "task")
     wait_for(lambda: bool(store.events("started")), "the handler to start")
     taken: list[dict[str, Any]] = []
 
@@ -413,7 +413,7 @@ def test_sigterm_lets_the_handler_finish_then_exits(
 ) -> None:
     queue = make_queue(service, LEASE)
     send(service, queue, {"steps": 10, "step": 0.1})
-    worker = workers.start(queue, STEPS, "--lease", str(LEASE), "--grace", "20")
+    worker = workers.start(queue, STEPS, "--visibility-timeout", str(LEASE), "--grace", "20")
     wait_for(lambda: bool(store.events("started")), "the handler to start")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=20) == 0, worker.log()
@@ -427,7 +427,7 @@ def test_sigterm_past_the_grace_period_cancels_and_releases(
 ) -> None:
     queue = make_queue(service, 30)
     send(service, queue, {"steps": 100, "step": 0.1})
-    worker = workers.start(queue, STEPS, "--lease", "30", "--grace", "0.5")
+    worker = workers.start(queue, STEPS, "--visibility-timeout", "30", "--grace", "0.5")
     wait_for(lambda: bool(store.events("started")), "the handler to start")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=20) == 0, worker.log()

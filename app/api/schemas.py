@@ -22,6 +22,7 @@ from pydantic import (
 
 from app.queue import attributes, limits
 from app.queue.models import (
+    Lease,
     PeekedMessage,
     Queue,
     QueueStats,
@@ -294,7 +295,7 @@ class ReceivedOut(BaseModel):
 
     @classmethod
     def of(cls, message: ReceivedMessage) -> ReceivedOut:
-        return cls(**message.__dict__)
+        return cls(**message.__dict__, lease_seconds=message.visibility_timeout)
 
 
 class ReceiveOut(BaseModel):
@@ -309,6 +310,10 @@ class VisibilityIn(_Strict):
 class LeaseOut(BaseModel):
     lease_seconds: int
     lease_expires_at: datetime
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseOut:
+        return cls(lease_seconds=lease.visibility_timeout, lease_expires_at=lease.lease_expires_at)
 
 
 class VisibilityEntry(VisibilityIn):

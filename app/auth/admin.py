@@ -8,9 +8,8 @@ from typing import Any, TextIO
 
 from app.auth import receipt_keys
 from app.auth.store import KeyStore, Q
+from app.db.connector import Connector
 from app.db.engine import create_engine
-from app.queue.catalog import QueueCatalog
-from app.queue.waiting import WaitHub
 
 _DURATION = re.compile(r"^(\d+)([smhdw]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -27,8 +26,8 @@ def parse_duration(text: str) -> int:
 async def run(command: str, args: Any, *, database_url: str, master: bytes,
               out: TextIO) -> int:
     engine = create_engine(database_url, pool_size=2)
-    catalog = QueueCatalog(engine, WaitHub())
-    store = KeyStore(catalog.transaction, master=master, listening=lambda: False)
+    db = Connector(engine)
+    store = KeyStore(db, master=master, listening=lambda: False)
     try:
         if command == "create":
             expires = None if args.expires is None else parse_duration(args.expires)
@@ -65,15 +64,15 @@ async def run(command: str, args: Any, *, database_url: str, master: bytes,
             print(f"revoked {args.key_id}", file=out)
             return 0
         if command == "rotate-receipts":
-            async with catalog.transaction() as conn:
-                key_id = await receipt_keys.rotate(conn)
+            async with db.transaction() as session:
+                key_id = await receipt_keys.rotate(session)
             print(f"receipt key {key_id} added: it signs new handles in "
                   f"{receipt_keys.ACTIVATION_SECONDS:g} s; older keys still verify "
                   "until retired (leaseq keys retire-receipts ID)", file=out)
             return 0
         if command == "retire-receipts":
-            async with catalog.transaction() as conn:
-                retired = await receipt_keys.retire(conn, args.key_id)
+            async with db.transaction() as session:
+                retired = await receipt_keys.retire(session, args.key_id)
             if not retired:
                 print(f"leaseq keys: receipt key {args.key_id} is unknown, retired already, "
                       "or the newest (which must keep signing)", file=out)
@@ -81,12 +80,10 @@ async def run(command: str, args: Any, *, database_url: str, master: bytes,
             print(f"retired receipt key {args.key_id}", file=out)
             return 0
         if command == "list-receipts":
-            async with catalog.transaction(autocommit=True) as conn:
-                rows = (await conn.execute(Q.list_receipt_keys)).all()
-            for row in rows:
-                state = "retired" if row.retired_at else "active"
-                print(f"{row.id:5} {state:8} {row.created_at.isoformat(timespec='seconds')}",
-                      file=out)
+            for row in await db.fetch(Q.list_receipt_keys):
+                state = "retired" if row["retired_at"] else "active"
+                created = row["created_at"].isoformat(timespec="seconds")
+                print(f"{row['id']:5} {state:8} {created}", file=out)
             return 0
         raise ValueError(f"unknown keys command {command}")
     finally:

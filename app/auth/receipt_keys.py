@@ -14,11 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.auth.store import Q
+from app.db.connector import Connector, Session
 from app.queue.receipts import ReceiptSigner
 
 _log = logging.getLogger(__name__)
@@ -30,8 +28,8 @@ ACTIVATION_SECONDS = 10.0
 class ReceiptKeyring:
     """Loads the receipt keys into a signer, and reloads them when they change."""
 
-    def __init__(self, engine: AsyncEngine, *, legacy: bytes | None = None) -> None:
-        self._engine = engine
+    def __init__(self, db: Connector, *, legacy: bytes | None = None) -> None:
+        self._db = db
         self.signer = ReceiptSigner({}, legacy=legacy)
         """Empty until `start` has reached the database."""
         self.loaded = False
@@ -39,24 +37,21 @@ class ReceiptKeyring:
         self._reloading: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        async with self._engine.begin() as conn:
-            await ensure_first(conn)
+        async with self._db.transaction() as session:
+            await ensure_first(session)
         await self.reload()
         self.loaded = True
 
     async def reload(self) -> None:
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(
-                Q.receipt_keys, {"activation": ACTIVATION_SECONDS}
-            )).all()
+        rows = await self._db.fetch(Q.receipt_keys, {"activation": ACTIVATION_SECONDS})
         if not rows:
             _log.error("no receipt key is left unretired; keeping the keys loaded before")
             return
-        keys = {row.id: bytes(row.secret) for row in rows}
-        active = [row.id for row in rows if row.activates_in <= 0]
+        keys = {row["id"]: bytes(row["secret"]) for row in rows}
+        active = [row["id"] for row in rows if row["activates_in"] <= 0]
         current = max(active) if active else min(keys)
         self.signer.set_keys(keys, current=current)
-        pending = [row.activates_in for row in rows if row.activates_in > 0]
+        pending = [row["activates_in"] for row in rows if row["activates_in"] > 0]
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -85,26 +80,26 @@ class ReceiptKeyring:
             self._reloading.cancel()
 
 
-async def ensure_first(conn: Any) -> None:
+async def ensure_first(session: Session) -> None:
     """Key 1, on a database that has none yet. Replicas starting together, or a
     rotation before any service started: the first insert wins."""
-    await conn.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
+    await session.execute(Q.first_receipt_key, {"secret": secrets.token_bytes(32)})
 
 
-async def rotate(conn: Any) -> int:
+async def rotate(session: Session) -> int:
     """Adds a receipt key (it signs after ACTIVATION_SECONDS); its id."""
-    await ensure_first(conn)
-    await conn.execute(Q.lock_receipt_keys)
-    key_id: int = (await conn.execute(
+    await ensure_first(session)
+    await session.execute(Q.lock_receipt_keys)
+    key_id: int = await session.fetchval(
         Q.rotate_receipt_key, {"secret": secrets.token_bytes(32)}
-    )).scalar_one()
-    await conn.execute(Q.notify_keys, {"notice": NOTICE})
+    )
+    await session.fetch(Q.notify_keys, {"notice": NOTICE})
     return key_id
 
 
-async def retire(conn: Any, key_id: int) -> bool:
+async def retire(session: Session, key_id: int) -> bool:
     """Retires a key (never the newest); handles it signed stop verifying."""
-    retired = (await conn.execute(Q.retire_receipt_key, {"id": key_id})).one_or_none()
+    retired = await session.fetchrow(Q.retire_receipt_key, {"id": key_id})
     if retired is not None:
-        await conn.execute(Q.notify_keys, {"notice": NOTICE})
+        await session.fetch(Q.notify_keys, {"notice": NOTICE})
     return retired is not None

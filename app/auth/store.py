@@ -16,17 +16,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.auth import tokens
 from app.auth.scopes import Principal, Scope, parse_scopes
+from app.db.connector import Connector, Row
+from app.db.queries import load
 from app.errors import Unauthenticated
-from app.queue.sql import load
 
 Q = load("app.auth")
 _log = logging.getLogger(__name__)
@@ -38,8 +36,6 @@ CACHE_DEAF = 1.0
 """Seconds a cached key lives while this process may miss an announcement."""
 MISSING_MAX = 10_000
 ALL_SCOPES = ("admin:*",)
-
-Transaction = Callable[..., AbstractAsyncContextManager[AsyncConnection]]
 
 
 @dataclass(frozen=True)
@@ -54,12 +50,12 @@ class KeyInfo:
     last_used_at: datetime | None
 
     @classmethod
-    def of(cls, row: Any) -> KeyInfo:
+    def of(cls, row: Row) -> KeyInfo:
         return cls(
-            id=row.id, name=row.name, scopes=list(row.scopes),
-            rate_per_second=row.rate_per_second, created_at=row.created_at,
-            expires_at=row.expires_at, revoked_at=row.revoked_at,
-            last_used_at=row.last_used_at,
+            id=row["id"], name=row["name"], scopes=list(row["scopes"]),
+            rate_per_second=row["rate_per_second"], created_at=row["created_at"],
+            expires_at=row["expires_at"], revoked_at=row["revoked_at"],
+            last_used_at=row["last_used_at"],
         )
 
 
@@ -74,13 +70,13 @@ class _Cached:
 class KeyStore:
     def __init__(
         self,
-        transaction: Transaction,
+        db: Connector,
         *,
         master: bytes,
         listening: Callable[[], bool],
         static: Mapping[str, str] | None = None,
     ) -> None:
-        self._transaction = transaction
+        self._db = db
         self._master = master
         self._listening = listening
         # id -> (principal, secret, its hash): hashed once, not per request.
@@ -112,8 +108,7 @@ class KeyStore:
 
     async def refresh(self) -> None:
         """Re-read whether any usable key is stored."""
-        async with self._transaction(autocommit=True) as conn:
-            self._any_stored = bool((await conn.execute(Q.any_api_key)).scalar_one())
+        self._any_stored = bool((await self._db.fetch(Q.any_api_key))[0][0])
 
     def on_notice(self, text: str) -> None:
         """A notification: keys changed (or the channel was down: anything may have)."""
@@ -168,8 +163,8 @@ class KeyStore:
             return entry
         if self._missing.get(key_id, 0.0) > now:
             return None
-        async with self._transaction(autocommit=True) as conn:
-            row = (await conn.execute(Q.get_api_key, {"id": key_id})).one_or_none()
+        rows = await self._db.fetch(Q.get_api_key, {"id": key_id})
+        row = rows[0] if rows else None
         lifetime = CACHE_LISTENING if self._listening() else CACHE_DEAF
         if row is None:
             self._cache.pop(key_id, None)
@@ -177,21 +172,23 @@ class KeyStore:
                 self._missing.clear()
             self._missing[key_id] = now + lifetime
             return None
-        secret = tokens.unseal(self._master, row.id, row.sealed_secret, row.secret_hash)
+        secret = tokens.unseal(
+            self._master, row["id"], row["sealed_secret"], row["secret_hash"]
+        )
         if secret is None:
             _log.warning(
                 "API key %s was sealed with another LEASEQ_SECRET: it works on REST but "
-                "cannot sign SQS requests here", row.id,
+                "cannot sign SQS requests here", row["id"],
             )
-        if row.seconds_left is not None:
-            lifetime = min(lifetime, max(row.seconds_left, 0.0))
+        if row["seconds_left"] is not None:
+            lifetime = min(lifetime, max(row["seconds_left"], 0.0))
         entry = _Cached(
             principal=Principal(
-                key_id=row.id, name=row.name,
-                scopes=tuple(Scope.parse(s) for s in row.scopes),
-                rate_per_second=row.rate_per_second,
+                key_id=row["id"], name=row["name"],
+                scopes=tuple(Scope.parse(s) for s in row["scopes"]),
+                rate_per_second=row["rate_per_second"],
             ),
-            secret_hash=bytes(row.secret_hash),
+            secret_hash=bytes(row["secret_hash"]),
             secret=secret,
             until=now + lifetime,
         )
@@ -215,8 +212,7 @@ class KeyStore:
 
     async def _write_touch(self, key_id: str) -> None:
         with contextlib.suppress(Exception):
-            async with self._transaction(autocommit=True) as conn:
-                await conn.execute(Q.touch_api_key, {"id": key_id})
+            await self._db.fetch(Q.touch_api_key, {"id": key_id})
 
     # -- management ---------------------------------------------------------------
 
@@ -235,33 +231,32 @@ class KeyStore:
         parse_scopes(scopes)
         key_id = key_id or tokens.new_key_id()
         secret = secret or tokens.new_secret()
-        async with self._transaction() as conn:
-            row = (await conn.execute(Q.create_api_key, {
+        async with self._db.transaction() as session:
+            row = await session.fetchrow(Q.create_api_key, {
                 "id": key_id, "name": name,
                 "secret_hash": tokens.secret_hash(secret),
                 "sealed_secret": tokens.seal(self._master, key_id, secret),
                 "scopes": [str(Scope.parse(s)) for s in scopes],
                 "rate_per_second": rate_per_second,
                 "expires_in": expires_in,
-            })).one_or_none()
+            })
             if row is None:
                 return None
-            await conn.execute(Q.notify_keys, {"notice": NOTICE})
+            await session.fetch(Q.notify_keys, {"notice": NOTICE})
         self._any_stored = True
         self._missing.pop(key_id, None)
         return KeyInfo.of(row), secret
 
     async def list(self) -> list[KeyInfo]:
-        async with self._transaction(autocommit=True) as conn:
-            return [KeyInfo.of(r) for r in await conn.execute(Q.list_api_keys)]
+        return [KeyInfo.of(r) for r in await self._db.fetch(Q.list_api_keys)]
 
     async def revoke(self, key_id: str) -> bool:
         if not tokens.KEY_ID.fullmatch(key_id):
             return False  # no key has such an id; and PostgreSQL refuses a NUL
-        async with self._transaction() as conn:
-            revoked = (await conn.execute(Q.revoke_api_key, {"id": key_id})).one_or_none()
+        async with self._db.transaction() as session:
+            revoked = await session.fetchrow(Q.revoke_api_key, {"id": key_id})
             if revoked is not None:
-                await conn.execute(Q.notify_keys, {"notice": NOTICE})
+                await session.fetch(Q.notify_keys, {"notice": NOTICE})
         self._cache.pop(key_id, None)
         return revoked is not None
 

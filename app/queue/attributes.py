@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from app.db.connector import Session
 from app.errors import InvalidParameter, InvalidRedrivePolicy
 from app.queue import limits
 from app.queue.models import QueueAttributes, RetryBackoff
@@ -93,7 +92,7 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
 
 
 async def sql_values(
-    conn: AsyncConnection, queue_name: str, attributes: QueueAttributes
+    session: Session, queue_name: str, attributes: QueueAttributes
 ) -> dict[str, Any]:
     """The columns for `attributes`, the dead-letter queue resolved (and locked
     against deletion until the transaction ends)."""
@@ -105,9 +104,9 @@ async def sql_values(
             raise InvalidRedrivePolicy(
                 f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."
             )
-        dead_letter_queue_id = (
-            await conn.execute(Q.queue_id_by_name, {"name": attributes.dead_letter_queue})
-        ).scalar_one_or_none()
+        dead_letter_queue_id = await session.fetchval(
+            Q.queue_id_by_name, {"name": attributes.dead_letter_queue}
+        )
         if dead_letter_queue_id is None:
             raise InvalidRedrivePolicy(
                 f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."

@@ -86,7 +86,7 @@ class ReceivedMessage:
     receipt_handle: str
     receive_count: int
     fencing_token: int
-    lease_seconds: int
+    visibility_timeout: int
     lease_expires_at: datetime
     sent_at: datetime
     first_received_at: datetime
@@ -100,7 +100,7 @@ class ReceivedMessage:
 class Lease:
     """What a successful heartbeat, release or checkpoint leaves."""
 
-    lease_seconds: int
+    visibility_timeout: int
     lease_expires_at: datetime
 
 

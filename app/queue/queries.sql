@@ -237,19 +237,41 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
 
 -- name: change_visibility
 -- Heartbeat or release, conditional on the claim: a row changes only while the
--- handle's claim token is still the message's. A timeout of 0 releases it.
+-- handle's claim token is still the message's. A visibility timeout of 0 releases it.
 -- Returns the previous deadline too, so a change that makes a message visible
 -- sooner can wake waiting receivers (an extension, the common case, does not).
 UPDATE messages AS m
-SET visible_at = statement_timestamp() + h.timeout * interval '1 second',
-    leased     = h.timeout > 0
-FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:timeouts AS integer[]))
-         AS h(id, token, timeout),
+SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+    leased     = h.visibility_timeout > 0
+FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
+            CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
      messages AS before
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
   AND before.id = m.id
-RETURNING m.id, m.visible_at AS lease_expires_at, h.timeout,
+RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
           m.visible_at < before.visible_at AS sooner;
+
+-- name: give_back_claims
+-- Undoes claims that reached no one: a grouped claim's share whose receiver
+-- stopped waiting before it was answered. Conditional on the claim like every
+-- write on a claimed message; visible again at once, and the receive the
+-- claim counted taken back (nobody received it, so it must not bring the
+-- message nearer its dead-letter queue). Wakes waiting receivers on commit.
+WITH given AS (
+    UPDATE messages AS m
+    SET visible_at        = statement_timestamp(),
+        leased            = false,
+        receive_count     = m.receive_count - 1,
+        first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
+                                 ELSE m.first_received_at END
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id
+)
+SELECT count(*) AS given,
+       pg_notify('leaseq', format('%s:%s:', CAST(:queue_id AS bigint), count(*))) AS notified
+FROM given
+HAVING count(*) > 0;
 
 -- name: notify_queue
 -- Wakes waiting receivers of a queue once the transaction commits.
@@ -285,7 +307,7 @@ RETURNING m.id;
 -- conditional on the claim.
 UPDATE messages
 SET checkpoint = CAST(:cursor AS jsonb),
-    visible_at = statement_timestamp() + CAST(:timeout AS integer) * interval '1 second',
+    visible_at = statement_timestamp() + CAST(:visibility_timeout AS integer) * interval '1 second',
     leased     = true
 WHERE id = :id AND claim_token = :token AND queue_id = :queue_id
 RETURNING visible_at AS lease_expires_at;

@@ -14,13 +14,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Any
 
-from sqlalchemy import exc as sa_exc
-
+from app.db.connector import Connector, ConstraintViolation, Row
 from app.errors import DatabaseUnavailable, InvalidParameter, RedriveInProgress, TaskNotFound
+from app.queue.catalog import QueueCatalog
 from app.queue.models import RedriveTask
-from app.queue.service import QueueService
 from app.queue.sql import Q
 from app.queue.waiting import payload
 
@@ -38,27 +36,30 @@ def _task_id(task_id: str) -> uuid.UUID:
         raise TaskNotFound(f"Redrive task {task_id[:60]!r} does not exist.") from None
 
 
-def _task_from_row(row: Any) -> RedriveTask:
+def _task_from_row(row: Row) -> RedriveTask:
     return RedriveTask(
-        task_id=str(row.id),
-        source=row.source,
-        destination=row.destination,
-        status=row.status,
-        moved=row.moved,
-        remaining=row.remaining,
-        to_move_at_start=row.to_move_at_start,
-        max_per_second=row.max_per_second,
-        failure=row.failure,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        task_id=str(row["id"]),
+        source=row["source"],
+        destination=row["destination"],
+        status=row["status"],
+        moved=row["moved"],
+        remaining=row["remaining"],
+        to_move_at_start=row["to_move_at_start"],
+        max_per_second=row["max_per_second"],
+        failure=row["failure"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
     )
 
 
 class Redrives:
     """Starting, reading and cancelling redrive tasks, and running them."""
 
-    def __init__(self, service: QueueService, *, hold_seconds: int = HOLD_SECONDS) -> None:
-        self._service = service
+    def __init__(
+        self, db: Connector, queues: QueueCatalog, *, hold_seconds: int = HOLD_SECONDS
+    ) -> None:
+        self._db = db
+        self._queues = queues
         self._hold = hold_seconds
         self._wake = asyncio.Event()
 
@@ -68,26 +69,22 @@ class Redrives:
         if max_per_second is not None and not 1 <= max_per_second <= 100_000:
             raise InvalidParameter("max_per_second must be between 1 and 100000")
         try:
-            async with self._service.transaction() as conn:
-                dead_letter_queue = await self._service.lookup_queue(conn, source)
+            async with self._db.transaction() as session:
+                dead_letter_queue = await self._queues.lookup(session, source)
                 destination_id = None
                 if destination is not None:
-                    destination_id = (
-                        await self._service.lookup_queue(conn, destination)
-                    ).id
+                    destination_id = (await self._queues.lookup(session, destination)).id
                     if destination_id == dead_letter_queue.id:
                         raise InvalidParameter("A redrive cannot move a queue into itself.")
-                task_id = (
-                    await conn.execute(
-                        Q.create_redrive_task,
-                        {
-                            "source_queue_id": dead_letter_queue.id,
-                            "destination_queue_id": destination_id,
-                            "max_per_second": max_per_second,
-                        },
-                    )
-                ).scalar_one()
-        except sa_exc.IntegrityError as exc:
+                task_id = await session.fetchval(
+                    Q.create_redrive_task,
+                    {
+                        "source_queue_id": dead_letter_queue.id,
+                        "destination_queue_id": destination_id,
+                        "max_per_second": max_per_second,
+                    },
+                )
+        except ConstraintViolation as exc:
             raise RedriveInProgress(
                 f"A redrive of {source!r} is already running; cancel it or wait for it."
             ) from exc
@@ -95,31 +92,25 @@ class Redrives:
         return await self.get(str(task_id))
 
     async def get(self, task_id: str) -> RedriveTask:
-        async with self._service.transaction() as conn:
-            row = (
-                await conn.execute(Q.get_redrive_task, {"task_id": _task_id(task_id)})
-            ).one_or_none()
-        if row is None:
+        rows = await self._db.fetch(Q.get_redrive_task, {"task_id": _task_id(task_id)})
+        if not rows:
             raise TaskNotFound(f"Redrive task {task_id!r} does not exist.")
-        return _task_from_row(row)
+        return _task_from_row(rows[0])
 
     async def list(self, source: str, limit: int = 100) -> list[RedriveTask]:
-        async with self._service.transaction() as conn:
-            queue = await self._service.lookup_queue(conn, source)
-            ids = (
-                await conn.execute(
-                    Q.list_redrive_tasks, {"source_queue_id": queue.id, "limit": limit}
-                )
-            ).scalars().all()
+        async with self._db.transaction() as session:
+            queue = await self._queues.lookup(session, source)
+            ids = await session.fetch(
+                Q.list_redrive_tasks, {"source_queue_id": queue.id, "limit": limit}
+            )
             rows = [
-                (await conn.execute(Q.get_redrive_task, {"task_id": task_id})).one()
-                for task_id in ids
+                (await session.fetch(Q.get_redrive_task, {"task_id": row["id"]}))[0]
+                for row in ids
             ]
         return [_task_from_row(row) for row in rows]
 
     async def cancel(self, task_id: str) -> RedriveTask:
-        async with self._service.transaction() as conn:
-            await conn.execute(Q.cancel_redrive_task, {"task_id": _task_id(task_id)})
+        await self._db.fetch(Q.cancel_redrive_task, {"task_id": _task_id(task_id)})
         return await self.get(task_id)
 
     # -- the runner -------------------------------------------------------------
@@ -150,26 +141,21 @@ class Redrives:
                 await asyncio.wait_for(self._wake.wait(), timeout=scan_seconds)
 
     async def _take(self) -> tuple[uuid.UUID, int | None] | None:
-        async with self._service.transaction() as conn:
-            row = (
-                await conn.execute(Q.take_redrive_task, {"hold": self._hold})
-            ).one_or_none()
-        return None if row is None else (row.id, row.max_per_second)
+        rows = await self._db.fetch(Q.take_redrive_task, {"hold": self._hold})
+        return None if not rows else (rows[0]["id"], rows[0]["max_per_second"])
 
     async def _run(self, task_id: uuid.UUID, max_per_second: int | None) -> None:
         size = BATCH if max_per_second is None else min(BATCH, max_per_second)
         while True:
-            async with self._service.transaction() as conn:
-                row = (
-                    await conn.execute(
-                        Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}
-                    )
-                ).one()
-                for queue_id in row.destinations or ():
-                    notice = payload(queue_id, ready=min(row.moved, BATCH))
-                    await conn.execute(Q.notify_queue, {"notice": notice})
-            if row.status != "running":  # completed, cancelled (None), or taken over
+            async with self._db.transaction() as session:
+                (row,) = await session.fetch(
+                    Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}
+                )
+                for queue_id in row["destinations"] or ():
+                    notice = payload(queue_id, ready=min(row["moved"], BATCH))
+                    await session.fetch(Q.notify_queue, {"notice": notice})
+            if row["status"] != "running":  # completed, cancelled (None), or taken over
                 return
             if max_per_second is not None:
                 # Spread the batches so the moves keep to the rate.
-                await asyncio.sleep(max(row.moved, 1) / max_per_second)
+                await asyncio.sleep(max(row["moved"], 1) / max_per_second)

@@ -1,26 +1,24 @@
-"""The queue engine: every queue operation, as transactions over queries.sql.
+"""The message operations: send, receive (and waiting), visibility, release,
+acknowledge, checkpoint, peek and the retention sweep.
 
 QueueService is what the front doors (REST, SQS) call; they translate its
-LeaseqError tree into their own error shapes. Nothing here knows HTTP. The
-queues themselves live in catalog.py; this module holds the message
-operations: send, receive (and waiting), visibility, release, acknowledge,
-checkpoint, peek and the retention sweep.
+LeaseqError tree into their own error shapes. Nothing here knows HTTP. It
+holds the queue catalog (`service.queues`, catalog.py) and runs its statements
+through the connector, the cycle's array statements through group commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from app.config import Settings
+from app.db.connector import Connector, ConstraintViolation, Row, Session
 from app.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
@@ -30,9 +28,10 @@ from app.errors import (
     QueueError,
     QueueNotFound,
 )
-from app.queue import limits, typed
+from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
-from app.queue.group_commit import Change, GroupCommit, Handle, Outgoing
+from app.queue.group_commit import GroupCommit, Statement
+from app.queue.grouped import Change, Handle, Outgoing
 from app.queue.models import (
     EntryError,
     Lease,
@@ -44,8 +43,10 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
-from app.queue.sql import Q, fetch, first
+from app.queue.sql import Q
 from app.queue.waiting import Waiter, WaitHub, payload
+
+_log = logging.getLogger(__name__)
 
 _DEAD_LETTER_ROUNDS = 10
 """Most claims one receive repeats while exhausted messages fill its batches."""
@@ -83,30 +84,34 @@ class _Outlook:
     more_now: bool  # messages are claimable right now
 
 
-class QueueService(QueueCatalog):
-    """Every queue operation: the catalog's, and the messages' below."""
+class QueueService:
+    """Every message operation; the queues themselves are `queues`."""
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        db: Connector,
+        queues: QueueCatalog,
         hub: WaitHub,
         signer: ReceiptSigner,
         *,
-        queue_cache_seconds: float = 1.0,
         pool_wait_seconds: float = Settings.model_fields["pool_wait_seconds"].default,
     ) -> None:
-        super().__init__(engine, hub, queue_cache_seconds=queue_cache_seconds)
+        self._db = db
+        self.queues = queues
+        self._hub = hub
         self._signer = signer
+        self._background: set[asyncio.Task[Any]] = set()
         self.pool_wait_seconds = pool_wait_seconds
         """Longest a visibility change waits for its share of the pool (the
         engine's pool timeout bounds every other wait for a connection)."""
         self.group = GroupCommit(
-            lambda: self.transaction(autocommit=True),
-            self._claim_rows,
-            self._notify_here,
-            self._give_back,
-            change_connections=max(1, _pool_size(engine) // 4),
+            db,
+            [grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE],
+            budget=max(1, db.pool_size // 4),
         )
+
+    async def ping(self) -> None:
+        await self._db.ping()
 
     # -- plumbing -----------------------------------------------------------
 
@@ -121,6 +126,28 @@ class QueueService(QueueCatalog):
                 decoded.append(exc)
         return decoded
 
+    def _give_back(self, queue: Queue, rows: list[Row]) -> None:
+        """Undoes claims that will reach no one, in the background: the request
+        that made them is being cancelled. Should it fail, their leases run out."""
+        statement = grouped.give_back(queue, rows)
+        if statement is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._run_quietly(statement))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _run_quietly(self, statement: Statement) -> None:
+        try:
+            await self._db.fetch(*statement)
+        except Exception:
+            _log.warning("could not give back an abandoned claim", exc_info=True)
+
+    def _notify_here(self, notice: str | None) -> None:
+        # The committed NOTIFY reaches this process's listener too; only while
+        # that is down must the local receivers be told directly.
+        if notice is not None and not self._hub.listening:
+            self._hub.on_notification(notice)
+
     # -- messages -----------------------------------------------------------
 
     async def send(
@@ -132,15 +159,15 @@ class QueueService(QueueCatalog):
         """
         try:
             return await self._send(name, messages)
-        except (sa_exc.IntegrityError, asyncpg.ForeignKeyViolationError) as exc:
+        except ConstraintViolation as exc:
             # The queue was deleted (by another process) after it was cached here.
-            self._queue_cache.pop(name, None)
+            self.queues.forget(name)
             raise QueueNotFound(f"Queue {name!r} does not exist.") from exc
 
     async def _send(
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
-        queue = await self._queue_for(name)
+        queue = await self.queues.find(name)
         results: list[SentMessage | EntryError | None] = []
         accepted: list[int] = []
         outgoing: list[Outgoing] = []
@@ -168,80 +195,84 @@ class QueueService(QueueCatalog):
                 not_before=message.not_before,
             ))
         if outgoing:
-            sent = await self.group.send(queue, outgoing)
-            for index, one in zip(accepted, sent, strict=True):
-                results[index] = one
+            rows = await self.group.run(
+                grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
+            )
+            self._notify_here(grouped.send_notice(queue.id, rows))
+            for index, row in zip(accepted, rows, strict=True):
+                results[index] = SentMessage(
+                    message_id=str(row["message_id"]), sent_at=row["sent_at"]
+                )
         return [result for result in results if result is not None]
 
-    def _notify_here(self, notice: str) -> None:
-        # The committed NOTIFY reaches this process's listener too; only while
-        # that is down must the local receivers be told directly.
-        if not self._hub.listening:
-            self._hub.on_notification(notice)
-
-    async def _claim_rows(
-        self, conn: AsyncConnection, queue: Queue, max_messages: int, lease: int
+    async def _claim(
+        self, queue: Queue, visibility_timeout: int, count: int, session: Session | None
     ) -> list[ReceivedMessage]:
-        """Claim up to max_messages. Under a redrive policy, exhausted candidates
-        are dead-lettered by the claim itself, and the claim is repeated (in the
-        same transaction) to fill the batch from what is left."""
-        policy = queue.attributes.max_receive_count
+        """Claim up to `count` messages: in `session`, else with whoever else
+        claims from this queue now (group commit). Under a redrive policy,
+        exhausted candidates are dead-lettered by the claim itself, and the
+        claim is repeated to fill the batch from what is left."""
         received: list[ReceivedMessage] = []
-        dead_lettered = 0
+        taken: list[Row] = []  # claimed by earlier rounds
         for _ in range(_DEAD_LETTER_ROUNDS):
-            rows = await fetch(
-                conn, "claim_messages",
-                {
-                    "queue_id": queue.id,
-                    "visibility_timeout": lease,
-                    "retention": queue.attributes.message_retention,
-                    "max": max_messages - len(received),
-                    "dead_letter_queue_id": queue.dead_letter_queue_id,
-                    "max_receive_count": policy,
-                },
-            )
-            dead = int(rows[0].dead)
-            dead_lettered += dead
-            received.extend(self._received(queue, row, lease) for row in rows if row.id is not None)
-            if dead == 0 or len(received) >= max_messages:
+            wanted = count - len(received)
+            if session is None:
+                try:
+                    share = await self.group.run(
+                        grouped.CLAIM, (queue, visibility_timeout), [wanted]
+                    )
+                except asyncio.CancelledError:
+                    # This round's share is given back by group commit; the
+                    # earlier rounds' are this receive's to give back.
+                    self._give_back(queue, taken)
+                    raise
+                taken.extend(share.rows)
+            else:
+                rows = await session.fetch(
+                    Q.claim_messages, grouped.claim_params(queue, visibility_timeout, wanted)
+                )
+                (share,) = grouped.CLAIM.share(rows, [[wanted]])
+                notice = grouped.dead_letter_notice(queue, share.dead)
+                if notice is not None:
+                    # Delivered on commit; while the listener is down, the dead-letter
+                    # queue's receivers find them on their once-a-second look.
+                    await session.fetch(*notice)
+            received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
+            if share.dead == 0 or len(received) >= count:
                 break
-        if dead_lettered and queue.dead_letter_queue_id is not None:
-            notice = payload(queue.dead_letter_queue_id, ready=dead_lettered)
-            # Delivered on commit; while the listener is down, the dead-letter
-            # queue's receivers find them on their once-a-second look.
-            await conn.execute(Q.notify_queue, {"notice": notice})
-        received.sort(key=lambda m: m.fencing_token)
         return received
 
-    def _received(self, queue: Queue, row: Any, lease: int) -> ReceivedMessage:
-        flat = json.loads(row.attributes)
-        types = None if row.attribute_types is None else json.loads(row.attribute_types)
+    def _received(self, queue: Queue, row: Row, visibility_timeout: int) -> ReceivedMessage:
+        flat = json.loads(row["attributes"])
+        types = row["attribute_types"]
+        checkpoint = row["checkpoint"]
         return ReceivedMessage(
-            message_id=str(row.message_id),
-            body=row.body,
+            message_id=str(row["message_id"]),
+            body=row["body"],
             attributes=flat,
-            typed_attributes=typed.join(flat, types),
-            sender_id=row.sender_id,
+            typed_attributes=typed.join(flat, None if types is None else json.loads(types)),
+            sender_id=row["sender_id"],
             receipt_handle=self._signer.encode(
-                Receipt(queue_id=queue.id, message_row=row.id, claim_token=row.claim_token)
+                Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
             ),
-            receive_count=row.receive_count,
-            fencing_token=row.fencing_token,
-            lease_seconds=lease,
-            lease_expires_at=row.lease_expires_at,
-            sent_at=row.sent_at,
-            first_received_at=row.first_received_at,
-            checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
+            receive_count=row["receive_count"],
+            fencing_token=row["fencing_token"],
+            visibility_timeout=visibility_timeout,
+            lease_expires_at=row["lease_expires_at"],
+            sent_at=row["sent_at"],
+            first_received_at=row["first_received_at"],
+            checkpoint=None if checkpoint is None else json.loads(checkpoint),
         )
 
-    async def _outlook(self, conn: AsyncConnection, queue: Queue) -> _Outlook:
-        (row,) = await fetch(
-            conn, "queue_outlook",
+    async def _outlook(self, session: Session, queue: Queue) -> _Outlook:
+        (row,) = await session.fetch(
+            Q.queue_outlook,
             {"queue_id": queue.id, "retention": queue.attributes.message_retention},
         )
+        due_in = row["due_in"]
         return _Outlook(
-            due_in=None if row.due_in is None else float(row.due_in),
-            more_now=bool(row.more_now),
+            due_in=None if due_in is None else float(due_in),
+            more_now=bool(row["more_now"]),
         )
 
     async def receive(
@@ -266,10 +297,11 @@ class QueueService(QueueCatalog):
         hub = self._hub
         # A receiver polling again finds its queue's attributes cached; the first
         # look otherwise reads them in the claim's own transaction.
-        queue = self._cached_queue(name)
-        lease, deadline = 0, 0.0
+        queue = self.queues.cached(name)
+        asked = visibility_timeout
+        visibility_timeout, deadline = 0, 0.0
         if queue is not None:
-            lease, deadline = _lease_and_deadline(queue, visibility_timeout, wait)
+            visibility_timeout, deadline = _timeout_and_deadline(queue, asked, wait)
         waiter: Waiter | None = None
         seat: int | None = None  # the queue id whose waiting seat this receive holds
         try:
@@ -282,7 +314,7 @@ class QueueService(QueueCatalog):
                     hub.leave(waiter, used=True)  # woken: we are looking now
                     waiter = None
                     # Dropped from the cache (changed or deleted): read it again.
-                    queue = self._cached_queue(name)
+                    queue = self.queues.cached(name)
                 received: list[ReceivedMessage] = []
                 ahead: _Outlook | None = None
                 quiet = None
@@ -297,18 +329,18 @@ class QueueService(QueueCatalog):
                     ahead = _Outlook(due_in=quiet, more_now=False)
                 elif queue is not None and not (deadline > time.monotonic() and not hub.closed):
                     # A short poll of a known queue: one claim with whoever else polls now.
-                    return await self.group.claim(queue, lease, max_messages)
+                    return await self._claim(queue, visibility_timeout, max_messages, None)
                 else:
                     if queue is not None and seat is None:
                         # A long poll of a known queue: admitted or refused before
                         # it takes a connection.
                         seat = hub.take_seat(queue.id)
-                    async with self.transaction(autocommit=True) as conn:
+                    async with self._db.session() as session:
                         if queue is None:
-                            queue = await self.lookup_queue(conn, name)
+                            queue = await self.queues.lookup(session, name)
                             if deadline == 0.0:  # the first look; later ones keep it
-                                lease, deadline = _lease_and_deadline(
-                                    queue, visibility_timeout, wait
+                                visibility_timeout, deadline = _timeout_and_deadline(
+                                    queue, asked, wait
                                 )
                         if deadline > time.monotonic() and not hub.closed:
                             # In line before looking: a send committed after the
@@ -316,14 +348,18 @@ class QueueService(QueueCatalog):
                             seat = hub.take_seat(queue.id) if seat is None else seat
                             waiter = hub.park(queue.id)
                         if waiter is None:
-                            return await self._claim_rows(conn, queue, max_messages, lease)
+                            return await self._claim(
+                                queue, visibility_timeout, max_messages, session
+                            )
                         generation = hub.generation(queue.id)
                         with hub.looking(waiter):
-                            received = await self._claim_rows(conn, queue, max_messages, lease)
+                            received = await self._claim(
+                                queue, visibility_timeout, max_messages, session
+                            )
                             # What lies ahead matters to whoever waits: this receiver
                             # when it found less than it asked for, the others when it
                             # took a full batch.
-                            ahead = await self._outlook(conn, queue)
+                            ahead = await self._outlook(session, queue)
                     if not received and not ahead.more_now:
                         hub.mark_quiet(queue.id, generation, ahead.due_in)
                 if waiter is None:
@@ -356,31 +392,34 @@ class QueueService(QueueCatalog):
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
     ) -> list[Lease | EntryError]:
-        """Heartbeat (timeout > 0) or release (timeout 0) each (handle, timeout)."""
-        for _, timeout in entries:
-            check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
-        queue = await self._queue_for(name)
+        """Heartbeat (visibility timeout > 0) or release (0) each (handle, timeout)."""
+        for _, visibility_timeout in entries:
+            check_range("timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
+        queue = await self.queues.find(name)
         receipts = self._receipts(queue, [handle for handle, _ in entries])
         valid = [
-            Change(r.message_row, r.claim_token, timeout)
-            for r, (_, timeout) in zip(receipts, entries, strict=True)
+            Change(r.message_row, r.claim_token, visibility_timeout)
+            for r, (_, visibility_timeout) in zip(receipts, entries, strict=True)
             if isinstance(r, Receipt)
         ]
         changed = await self._change_within_budget(queue.id, valid) if valid else {}
         results: list[Lease | EntryError] = []
-        for receipt, (_, timeout) in zip(receipts, entries, strict=True):
+        for receipt, (_, visibility_timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
                 results.append(EntryError(receipt))
             elif receipt.message_row in changed:
                 row = changed[receipt.message_row]
-                results.append(Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at))
+                results.append(Lease(
+                    visibility_timeout=visibility_timeout,
+                    lease_expires_at=row["lease_expires_at"],
+                ))
             else:
                 results.append(EntryError(LeaseLost()))
         return results
 
     async def _change_within_budget(
         self, queue_id: int, changes: list[Change]
-    ) -> dict[int, Any]:
+    ) -> dict[int, Row]:
         """Visibility changes share a quarter of the pool (GroupCommit's budget).
         A beat that has waited for it as long as any request may wait for a
         connection is refused, so that its worker hears in time to try again
@@ -390,7 +429,7 @@ class QueueService(QueueCatalog):
         timer = asyncio.timeout(self.pool_wait_seconds)
         try:
             async with timer:
-                return await self.group.change(queue_id, changes)
+                changed = await self.group.run(grouped.CHANGE, queue_id, changes)
         except TimeoutError:
             if not timer.expired():
                 raise
@@ -398,50 +437,42 @@ class QueueService(QueueCatalog):
                 "Visibility changes are using all the database connections they may "
                 "have; retry shortly.",
             ) from None
-
-    async def _give_back(self, queue: Queue, claimed: list[ReceivedMessage]) -> None:
-        """Release what a grouped claim took for a receiver that stopped waiting."""
-        receipts = [self._signer.decode(m.receipt_handle, queue_id=queue.id) for m in claimed]
-        # Runs in the queue's claim line: bounded, so that heartbeats holding the
-        # budget cannot stall the queue's claims. Given up, the lease runs out.
-        async with asyncio.timeout(self.pool_wait_seconds):
-            await self.group.change(
-                queue.id, [Change(r.message_row, r.claim_token, 0) for r in receipts]
-            )
+        self._notify_here(grouped.visibility_notice(queue_id, list(changed.values())))
+        return changed
 
     async def release(self, name: str, handle: str, delay: int | None = None) -> Released:
         """Give a message back after a failure: visible again after `delay`
         seconds, else after the queue's retry ladder's delay, else at once."""
         if delay is not None:
             check_range("delay", delay, limits.RELEASE_DELAY)
-        async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(name, conn)
+        async with self._db.session() as session:
+            queue = await self.queues.find(name, session)
             receipt = self._signer.decode(handle, queue_id=queue.id)
-            row = first(await fetch(
-                conn, "release_message",
+            row = await session.fetchrow(
+                Q.release_message,
                 {
                     "queue_id": queue.id,
                     "id": receipt.message_row,
                     "token": receipt.claim_token,
                     "delay": delay,
                 },
-            ))
+            )
             if row is None:
                 raise LeaseLost()
-            waited = max(float(row.delay), 0.0)
+            waited = max(float(row["delay"]), 0.0)
             notice = payload(queue.id, ready=1) if waited <= 0 else payload(
                 queue.id, ready=0, due_in=waited
             )
-            await conn.execute(Q.notify_queue, {"notice": notice})
+            await session.fetch(Q.notify_queue, {"notice": notice})
         self._notify_here(notice)
-        return Released(delay_seconds=waited, visible_at=row.visible_at)
+        return Released(delay_seconds=waited, visible_at=row["visible_at"])
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
-        queue = await self._queue_for(name)
+        queue = await self.queues.find(name)
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
-        deleted = await self.group.delete(queue.id, valid) if valid else set()
+        deleted = await self.group.run(grouped.DELETE, queue.id, valid) if valid else set()
         results: list[EntryError | None] = []
         seen: set[int] = set()
         for receipt in receipts:
@@ -455,31 +486,32 @@ class QueueService(QueueCatalog):
         return results
 
     async def checkpoint(
-        self, name: str, handle: str, cursor: Any, lease_seconds: int | None = None
+        self, name: str, handle: str, cursor: Any, visibility_timeout: int | None = None
     ) -> Lease:
-        """Record a cursor and renew the lease by `lease_seconds` (default: the
-        queue's visibility timeout)."""
-        if lease_seconds is not None:
-            check_range("timeout", lease_seconds, limits.VISIBILITY_TIMEOUT)
-        async with self.transaction(autocommit=True) as conn:
-            queue = await self._queue_for(name, conn)
+        """Record a cursor and renew the lease by `visibility_timeout` (default:
+        the queue's)."""
+        if visibility_timeout is not None:
+            check_range("timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
+        async with self._db.session() as session:
+            queue = await self.queues.find(name, session)
             receipt = self._signer.decode(handle, queue_id=queue.id)
-            timeout = lease_seconds
-            if timeout is None:
-                timeout = queue.attributes.visibility_timeout
-            row = first(await fetch(
-                conn, "save_checkpoint",
+            if visibility_timeout is None:
+                visibility_timeout = queue.attributes.visibility_timeout
+            row = await session.fetchrow(
+                Q.save_checkpoint,
                 {
                     "queue_id": queue.id,
                     "id": receipt.message_row,
                     "token": receipt.claim_token,
                     "cursor": json.dumps(cursor),
-                    "timeout": timeout,
+                    "visibility_timeout": visibility_timeout,
                 },
-            ))
+            )
         if row is None:
             raise LeaseLost()
-        return Lease(lease_seconds=timeout, lease_expires_at=row.lease_expires_at)
+        return Lease(
+            visibility_timeout=visibility_timeout, lease_expires_at=row["lease_expires_at"]
+        )
 
     async def peek(
         self,
@@ -506,9 +538,9 @@ class QueueService(QueueCatalog):
             after_id = -1
         if not 0 <= after_id < 2**63:
             raise InvalidParameter("after must be the cursor of a previous page")
-        async with self.transaction() as conn:
-            queue = await self.lookup_queue(conn, name)
-            rows = await conn.execute(
+        async with self._db.transaction() as session:
+            queue = await self.queues.lookup(session, name)
+            rows = await session.fetch(
                 Q.peek_messages,
                 {
                     "queue_id": queue.id,
@@ -519,49 +551,48 @@ class QueueService(QueueCatalog):
                     "body_chars": body_chars,
                 },
             )
-            return [
-                PeekedMessage(
-                    message_id=str(row.message_id),
-                    body=row.body,
-                    truncated=row.truncated,
-                    attributes=json.loads(row.attributes),
-                    state=row.state,
-                    receive_count=row.receive_count,
-                    sent_at=row.sent_at,
-                    first_received_at=row.first_received_at,
-                    visible_at=row.visible_at,
-                    checkpoint=None if row.checkpoint is None else json.loads(row.checkpoint),
-                    dead_letter_source=row.dead_letter_source,
-                    cursor=str(row.id),
-                )
-                for row in rows
-            ]
+        return [
+            PeekedMessage(
+                message_id=str(row["message_id"]),
+                body=row["body"],
+                truncated=row["truncated"],
+                attributes=json.loads(row["attributes"]),
+                state=row["state"],
+                receive_count=row["receive_count"],
+                sent_at=row["sent_at"],
+                first_received_at=row["first_received_at"],
+                visible_at=row["visible_at"],
+                checkpoint=None if row["checkpoint"] is None else json.loads(row["checkpoint"]),
+                dead_letter_source=row["dead_letter_source"],
+                cursor=str(row["id"]),
+            )
+            for row in rows
+        ]
 
     async def sweep_expired(self, batch: int = 1000) -> int:
         """Delete messages past their queue's retention; returns how many."""
         total = 0
         while True:
-            async with self.transaction() as conn:
-                result = await conn.execute(Q.sweep_expired, {"limit": batch})
-            count = int(getattr(result, "rowcount", 0))
+            count = await self._sweep_round(batch)
             total += count
             if count < batch:
                 return total
 
+    async def _sweep_round(self, batch: int) -> int:
+        async with self._db.session() as session:
+            return await session.execute(Q.sweep_expired, {"limit": batch})
 
-def _pool_size(engine: AsyncEngine) -> int:
-    size = getattr(engine.pool, "size", None)
-    return int(size()) if callable(size) else 4
 
-
-def _lease_and_deadline(
+def _timeout_and_deadline(
     queue: Queue, visibility_timeout: int | None, wait: int | None
 ) -> tuple[int, float]:
-    """The lease a receive asks for and the monotonic moment its wait ends."""
+    """The visibility timeout a receive claims for and the monotonic moment its
+    wait ends: the ones asked for, else the queue's."""
     attributes = queue.attributes
-    lease = attributes.visibility_timeout if visibility_timeout is None else visibility_timeout
+    if visibility_timeout is None:
+        visibility_timeout = attributes.visibility_timeout
     wait_seconds = attributes.receive_wait if wait is None else wait
-    return lease, time.monotonic() + wait_seconds
+    return visibility_timeout, time.monotonic() + wait_seconds
 
 
 async def _wait_any(

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 
-from app.queue.catalog import QueueCatalog
+from app.db.connector import Connector
 from app.queue.periodic import every
-from app.queue.sql import fetch
+from app.queue.sql import Q
 
 _log = logging.getLogger(__name__)
 
@@ -26,23 +26,22 @@ DEAD_TUPLES = 2000
 thresholds migration 0004 gives autovacuum."""
 
 
-async def vacuum_if_needed(catalog: QueueCatalog) -> bool:
+async def vacuum_if_needed(db: Connector) -> bool:
     """One round; True when this process vacuumed the table."""
-    async with catalog.transaction(autocommit=True) as conn:
-        (state,) = await fetch(conn, "messages_vacuum_state", {})
-        if state.autovacuum or state.dead < DEAD_TUPLES + state.live // 100:
+    async with db.session() as session:
+        (state,) = await session.fetch(Q.messages_vacuum_state)
+        if state["autovacuum"] or state["dead"] < DEAD_TUPLES + state["live"] // 100:
             return False
-        (lock,) = await fetch(conn, "try_vacuum_lock", {})
-        if not lock.locked:
+        if not await session.fetchval(Q.try_vacuum_lock):
             return False
         try:
-            await fetch(conn, "vacuum_messages", {})
+            await session.execute(Q.vacuum_messages)
         finally:
-            await fetch(conn, "vacuum_unlock", {})
-    _log.info("vacuumed the messages table (%d dead tuples; autovacuum is off)", state.dead)
+            await session.fetch(Q.vacuum_unlock)
+    _log.info("vacuumed the messages table (%d dead tuples; autovacuum is off)", state["dead"])
     return True
 
 
-async def vacuum_forever(catalog: QueueCatalog, interval: float) -> None:
+async def vacuum_forever(db: Connector, interval: float) -> None:
     """A round every `interval` seconds."""
-    await every(interval, lambda: vacuum_if_needed(catalog), what="vacuum check")
+    await every(interval, lambda: vacuum_if_needed(db), what="vacuum check")

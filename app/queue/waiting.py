@@ -32,9 +32,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import asyncpg
-
 from app.config import Settings
+from app.db.connector import listening
 from app.db.engine import plain_url
 from app.errors import Overloaded
 
@@ -349,18 +348,14 @@ class Listener:
     async def _run(self) -> None:
         backoff = 0.1
         while True:
-            lost = asyncio.Event()
-            conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(
-                    self._url, server_settings={"application_name": "leaseq-listener"}
-                )
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._on_notify)
-                self._hub.set_listening(True)
-                self.connected.set()
-                backoff = 0.1
-                await lost.wait()
+                async with listening(
+                    self._url, CHANNEL, self._hub.on_notification, name="leaseq-listener"
+                ) as lost:
+                    self._hub.set_listening(True)
+                    self.connected.set()
+                    backoff = 0.1
+                    await lost.wait()
                 _log.warning("listener connection lost; reconnecting")
             except asyncio.CancelledError:
                 raise
@@ -368,11 +363,6 @@ class Listener:
                 _log.warning("listener cannot connect (%s); retrying in %.1fs", exc, backoff)
             finally:
                 self.connected.clear()
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()
             self._hub.set_listening(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
-
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, text: str) -> None:
-        self._hub.on_notification(text)

@@ -133,7 +133,7 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     for attribute in wanted:
         if attribute != "All" and attribute not in (*ALL_QUEUE_ATTRIBUTES, *NOT_SUPPORTED):
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute[:100]}.")
-    queue, stats = await ctx.service.get_queue(name)
+    queue, stats = await ctx.service.queues.get_queue(name)
     values = queue_attributes(ctx, queue, stats)
     if "All" not in wanted:
         values = {k: v for k, v in values.items() if k in wanted}
@@ -148,7 +148,7 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
             raise SqsError("InvalidAttributeName", f"Attribute {attribute} is read-only.")
     changes = queue_changes(ctx, given)
     try:
-        await ctx.service.update_queue(name, changes)
+        await ctx.service.queues.update_queue(name, changes)
     except QueueError as exc:
         raise attribute_error(exc) from exc
     return {}
@@ -172,7 +172,7 @@ async def tag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     if not tags:
         raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
     check_tags(*tags, *tags.values())
-    await ctx.service.change_tags(name, add=tags)
+    await ctx.service.queues.change_tags(name, add=tags)
     return {}
 
 
@@ -182,12 +182,12 @@ async def untag_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     if not keys:
         raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
     check_tags(*keys)
-    await ctx.service.change_tags(name, remove=keys)
+    await ctx.service.queues.change_tags(name, remove=keys)
     return {}
 
 
 async def list_queue_tags(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    tags = await ctx.service.queue_tags(queue_of(ctx, params))
+    tags = await ctx.service.queues.queue_tags(queue_of(ctx, params))
     return {"Tags": tags} if tags else {}
 
 

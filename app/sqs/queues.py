@@ -40,7 +40,7 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
     check_tags(*tags, *tags.values())
     try:
-        await ctx.service.create_queue(name, changes, tags)
+        await ctx.service.queues.create_queue(name, changes, tags)
     except QueueError as exc:
         error = attribute_error(exc)
         if error.name == "QueueNameExists":
@@ -61,7 +61,7 @@ async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     # Every worker asks for its queue's URL first: any scope on the queue will do.
     if not any(ctx.principal.allows(action, name) for action in SCOPE_ACTIONS):
         ctx.principal.require("read", name)
-    await ctx.service.get_queue(name)
+    await ctx.service.queues.get_queue(name)
     return {"QueueUrl": ctx.queue_url(name)}
 
 
@@ -86,7 +86,7 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(param_str(params, "NextToken"))
     ctx.principal.require_any("read")
-    page = await ctx.service.list_queues(
+    page = await ctx.service.queues.list_queues(
         prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1
     )
     more = len(page) > (limit or LIST_QUEUES_MAX)
@@ -101,12 +101,12 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    await ctx.service.delete_queue(queue_of(ctx, params))
+    await ctx.service.queues.delete_queue(queue_of(ctx, params))
     return {}
 
 
 async def purge_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    await ctx.service.purge(queue_of(ctx, params))
+    await ctx.service.queues.purge(queue_of(ctx, params))
     return {}
 
 
@@ -116,7 +116,7 @@ async def list_dead_letter_source_queues(
     name = queue_of(ctx, params)
     limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(param_str(params, "NextToken"))
-    sources = [s for s in await ctx.service.dead_letter_sources(name) if s > after]
+    sources = [s for s in await ctx.service.queues.dead_letter_sources(name) if s > after]
     page = sources[: limit or LIST_QUEUES_MAX]
     result: dict[str, Any] = {"queueUrls": [ctx.queue_url(s) for s in page]}
     if limit is not None and len(sources) > len(page):

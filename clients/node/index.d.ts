@@ -177,6 +177,8 @@ export interface WorkerOptions {
   queue: string;
   concurrency?: number;
   /** Seconds per lease and per extension (default: the queue's visibility_timeout). */
+  visibilityTimeout?: number;
+  /** The earlier name of `visibilityTimeout`. */
   lease?: number;
   heartbeatPeriod?: number;
   wait?: number;

@@ -108,7 +108,7 @@ async def receive(
 def _lease_or_raise(result: Lease | EntryError) -> LeaseOut:
     if isinstance(result, EntryError):
         raise result.error
-    return LeaseOut(lease_seconds=result.lease_seconds, lease_expires_at=result.lease_expires_at)
+    return LeaseOut.of(result)
 
 
 @router.patch("/messages/{receipt_handle}/visibility",
@@ -142,7 +142,7 @@ async def change_visibility_batch(
         if isinstance(r, EntryError):
             out.append(entry_error(r.error))
         else:
-            out.append({"ok": True, "lease_seconds": r.lease_seconds,
+            out.append({"ok": True, "lease_seconds": r.visibility_timeout,
                         "lease_expires_at": r.lease_expires_at})
     return BatchResults.of(out)
 

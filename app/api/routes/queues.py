@@ -32,7 +32,7 @@ async def create_queue(
     body: QueueCreate, service: ServiceDep, request: Request, response: Response
 ) -> QueueOut:
     principal_of(request).require("admin", body.name)
-    queue, created = await service.create_queue(body.name, body.changes())
+    queue, created = await service.queues.create_queue(body.name, body.changes())
     if not created:
         response.status_code = status.HTTP_200_OK
     return QueueOut.of(queue)
@@ -50,7 +50,7 @@ async def list_queues(
     ),
     limit: int = Query(1000, ge=1, le=1000),
 ) -> QueueList:
-    queues = await service.list_queues(prefix=prefix, after=after, limit=limit)
+    queues = await service.queues.list_queues(prefix=prefix, after=after, limit=limit)
     next_after = queues[-1].name if len(queues) == limit else None
     # A key sees the queues it may read; a page may be shorter than `limit`.
     principal = principal_of(request)
@@ -60,22 +60,22 @@ async def list_queues(
 
 @router.get("/{queue}", responses=responses("queue_not_found", "database_unavailable"))
 async def get_queue(queue: str, service: ServiceDep) -> QueueDetail:
-    found, stats = await service.get_queue(queue)
+    found, stats = await service.queues.get_queue(queue)
     return QueueDetail.with_stats(found, stats)
 
 
 @router.patch("/{queue}", responses=responses("invalid_redrive_policy", "queue_not_found",
                                                "validation_error", "database_unavailable"))
 async def update_queue(queue: str, body: QueueAttributesIn, service: ServiceDep) -> QueueOut:
-    return QueueOut.of(await service.update_queue(queue, body.changes()))
+    return QueueOut.of(await service.queues.update_queue(queue, body.changes()))
 
 
 @router.delete("/{queue}", status_code=status.HTTP_204_NO_CONTENT,
                responses=responses("queue_not_found", "queue_in_use", "database_unavailable"))
 async def delete_queue(queue: str, service: ServiceDep) -> None:
-    await service.delete_queue(queue)
+    await service.queues.delete_queue(queue)
 
 
 @router.post("/{queue}/purge", responses=responses("queue_not_found", "database_unavailable"))
 async def purge_queue(queue: str, service: ServiceDep) -> Purged:
-    return Purged(purged=await service.purge(queue))
+    return Purged(purged=await service.queues.purge(queue))

@@ -22,7 +22,7 @@ def _redrives(request: Request) -> Redrives:
             responses=responses("queue_not_found", "database_unavailable"))
 async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSourcesOut:
     """Queues whose redrive policy names this queue."""
-    return DeadLetterSourcesOut(queues=await service.dead_letter_sources(queue))
+    return DeadLetterSourcesOut(queues=await service.queues.dead_letter_sources(queue))
 
 
 @router.post(

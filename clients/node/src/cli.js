@@ -33,7 +33,8 @@ export async function main(args) {
       'api-key': { type: 'string' },
       queue: { type: 'string' },
       concurrency: { type: 'string', default: '1' },
-      lease: { type: 'string' },
+      'visibility-timeout': { type: 'string' },
+      lease: { type: 'string' }, // the earlier name of --visibility-timeout
       'heartbeat-period': { type: 'string' },
       wait: { type: 'string', default: '20' },
       grace: { type: 'string', default: '30' },
@@ -45,7 +46,7 @@ export async function main(args) {
   });
   const spec = values.handler ?? positionals[0];
   if (!values.queue || !spec) {
-    console.error('usage: leaseq-worker --queue QUEUE [--url URL] [--api-key KEY] [--concurrency N] [--lease S] handler.js[:export]');
+    console.error('usage: leaseq-worker --queue QUEUE [--url URL] [--api-key KEY] [--concurrency N] [--visibility-timeout S] handler.js[:export]');
     return 2;
   }
   if (values['retry-delay'] === undefined && (values['retry-multiplier'] ?? values['retry-max']) !== undefined) {
@@ -58,7 +59,8 @@ export async function main(args) {
     apiKey: values['api-key'],
     queue: values.queue,
     concurrency: Number(values.concurrency),
-    lease: values.lease === undefined ? undefined : Number(values.lease),
+    visibilityTimeout: (values['visibility-timeout'] ?? values.lease) === undefined
+      ? undefined : Number(values['visibility-timeout'] ?? values.lease),
     heartbeatPeriod: values['heartbeat-period'] === undefined ? undefined : Number(values['heartbeat-period']),
     wait: Number(values.wait),
     grace: Number(values.grace),

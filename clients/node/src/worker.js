@@ -145,13 +145,14 @@ export class Worker {
    * @param {import('../index.js').WorkerOptions} options retryDelay undefined: the
    *   queue's retry ladder decides the delay of a release
    */
-  constructor(handler, { url, apiKey, queue, concurrency = 1, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay, retryMultiplier = 2, retryMax = 900 }) {
+  constructor(handler, { url, apiKey, queue, concurrency = 1, visibilityTimeout, lease, heartbeatPeriod, wait = 20, grace = 30, retryDelay, retryMultiplier = 2, retryMax = 900 }) {
     this.handler = handler;
     this.client = new Client(url, { apiKey });
     this.url = this.client.url;
     this.queue = queue;
     this.concurrency = concurrency;
-    this.lease = lease;
+    // `lease`: the option's earlier name, still accepted.
+    this.visibilityTimeout = visibilityTimeout ?? lease;
     this.heartbeatPeriod = heartbeatPeriod;
     this.wait = wait;
     this.grace = grace;
@@ -179,7 +180,7 @@ export class Worker {
 
   async run() {
     const retries = this.retry ? `from ${this.retry.initial}s` : "by the queue's ladder";
-    log(`worker on ${this.url} queue '${this.queue}': concurrency ${this.concurrency}, lease ${this.lease ? this.lease + 's' : 'of the queue'}, retries ${retries}`);
+    log(`worker on ${this.url} queue '${this.queue}': concurrency ${this.concurrency}, visibility timeout ${this.visibilityTimeout ? this.visibilityTimeout + 's' : 'of the queue'}, retries ${retries}`);
     let failures = 0;
     let fatal = null;
     while (!this.stopping) {
@@ -192,7 +193,7 @@ export class Worker {
       try {
         ({ messages } = await this.client.receive(this.queue, {
           max: Math.min(this.concurrency - this.jobs.size, 10),
-          visibilityTimeout: this.lease,
+          visibilityTimeout: this.visibilityTimeout,
           wait: this.wait,
           signal: this.stopPolling.signal,
         }));

@@ -53,7 +53,8 @@ def _worker_parser(commands: Any) -> None:
         "--api-key", help="<key id>.<secret> when the service requires keys (LEASEQ_API_KEY)"
     )
     worker.add_argument(
-        "--lease", type=int, help="seconds per lease and per extension (the queue's timeout)"
+        "--visibility-timeout", "--lease", type=int, dest="visibility_timeout",
+        help="seconds per lease and per extension (default: the queue's visibility timeout)",
     )
     worker.add_argument(
         "--heartbeat-period", type=float, help="seconds between heartbeats (lease / 3)"
@@ -180,7 +181,7 @@ def _worker(args: argparse.Namespace) -> int:
             queue=args.queue,
             url=args.url,
             concurrency=args.concurrency,
-            lease=args.lease,
+            visibility_timeout=args.visibility_timeout,
             heartbeat_period=args.heartbeat_period,
             heartbeat=args.heartbeat,
             wait=args.wait,

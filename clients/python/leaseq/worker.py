@@ -126,7 +126,7 @@ class Worker:
         queue: str,
         url: str | None = None,
         concurrency: int = 1,
-        lease: int | None = None,
+        visibility_timeout: int | None = None,
         heartbeat_period: float | None = None,
         heartbeat: HeartbeatMode = "auto",
         wait: int = 20,
@@ -134,11 +134,13 @@ class Worker:
         backoff: Backoff | None = None,
         transport: Callable[[], httpx.AsyncBaseTransport] | None = None,
         api_key: str | None = None,
+        lease: int | None = None,
     ) -> None:
         """`api_key`: `<key id>.<secret>` (default: `LEASEQ_API_KEY`, if set).
-        `lease`: seconds each claim lasts and each beat extends to (None: the
-        queue's visibility_timeout). `heartbeat_period`: seconds between beats
-        (None: a third of the lease). `wait`: long-poll seconds (0-20).
+        `visibility_timeout`: seconds each claim lasts and each beat extends to
+        (None: the queue's; `lease` is its earlier name, still accepted).
+        `heartbeat_period`: seconds between beats (None: a third of the lease).
+        `wait`: long-poll seconds (0-20).
         `grace`: seconds in-flight handlers get at shutdown. `backoff`: the
         delay before a failed message is retried, computed here and sent with
         the release (None: the service's retry ladder of the queue decides, or
@@ -147,10 +149,15 @@ class Worker:
         (not of the heartbeat thread)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if lease is not None and lease < 1:
-            raise ValueError("the lease must be at least one second")
+        if lease is not None:
+            if visibility_timeout is not None and visibility_timeout != lease:
+                raise ValueError("give visibility_timeout or its older name lease, not both")
+            visibility_timeout = lease
+        if visibility_timeout is not None and visibility_timeout < 1:
+            raise ValueError("the visibility timeout must be at least one second")
         if heartbeat_period is not None and (
-            heartbeat_period <= 0 or (lease is not None and heartbeat_period >= lease)
+            heartbeat_period <= 0
+            or (visibility_timeout is not None and heartbeat_period >= visibility_timeout)
         ):
             raise ValueError("the heartbeat period must be positive and shorter than the lease")
         if heartbeat not in ("auto", "task", "thread"):
@@ -161,7 +168,7 @@ class Worker:
         self.queue = queue
         self.url = url or default_url()
         self.concurrency = concurrency
-        self.lease = lease
+        self.visibility_timeout = visibility_timeout
         self.heartbeat_period = heartbeat_period
         self.is_async = is_async_handler(handler)
         self.heartbeat_mode: Literal["task", "thread"] = (
@@ -229,9 +236,11 @@ class Worker:
         if self.heartbeat_mode == "thread":
             self._beats = HeartbeatThread(lambda: AsyncClient(self.url, api_key=key))
         log.info(
-            "worker on %s queue %r: concurrency %d, lease %s, heartbeat %s, retries %s",
+            "worker on %s queue %r: concurrency %d, visibility timeout %s, heartbeat %s, "
+            "retries %s",
             self.url, self.queue, self.concurrency,
-            f"{self.lease}s" if self.lease else "of the queue", self.heartbeat_mode,
+            f"{self.visibility_timeout}s" if self.visibility_timeout else "of the queue",
+            self.heartbeat_mode,
             "by the queue's ladder" if self.backoff is None else f"by {self.backoff}",
         )
         receiver = asyncio.create_task(self._receive_loop(), name="leaseq-receive")
@@ -313,7 +322,7 @@ class Worker:
     async def _receive_loop(self) -> None:
         assert self._poller is not None and self._slot is not None
         assert self._control is not None
-        if self.lease is None:
+        if self.visibility_timeout is None:
             # The queue's own timeout will be the lease: a lease of 0 cannot be
             # heartbeated (and would hand every message straight back).
             try:
@@ -329,7 +338,7 @@ class Worker:
             if queue is not None and queue.attributes.visibility_timeout < 1:
                 raise ValueError(
                     f"queue {self.queue!r} has a visibility_timeout of 0: "
-                    "give the worker a lease (lease=..., --lease)"
+                    "give the worker one (visibility_timeout=..., --visibility-timeout)"
                 )
         failures = 0
         while True:
@@ -340,7 +349,8 @@ class Worker:
             sent_at = time.monotonic()  # the lease starts after this, never before
             try:
                 messages = await self._poller.receive(
-                    self.queue, max=min(free, MAX_RECEIVE), visibility_timeout=self.lease,
+                    self.queue, max=min(free, MAX_RECEIVE),
+                    visibility_timeout=self.visibility_timeout,
                     wait=self.wait,
                 )
             except (Unreachable, ApiError) as exc:

@@ -1,0 +1,210 @@
+"""The one way leaseq runs SQL: named queries on the driver, errors translated here.
+
+Every statement of the engine and of the key store goes through a Session of
+this module. SQLAlchemy lends the pool (and Alembic the migrations); the
+statements themselves run on asyncpg directly, with their parameters passed
+positionally and their rows read by column name (`row["id"]`). Whatever the
+driver or the pool raises leaves this module as one of the engine's errors:
+a connection that cannot be had or was lost is DatabaseUnavailable (503 at the
+doors), a broken constraint is ConstraintViolation (which the engine turns into
+the domain error it means: a queue deleted meanwhile, a queue still in use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
+
+import asyncpg
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db.queries import Query
+from app.errors import DatabaseUnavailable, LeaseqError
+
+
+class Row(Protocol):
+    """A result row (asyncpg's Record): `row["column"]`, or `row[0]`."""
+
+    def __getitem__(self, key: str | int, /) -> Any: ...
+
+_NO_PARAMS: Mapping[str, Any] = {}
+
+CONNECTION_ERRORS = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.InterfaceError,
+    # The protocol state of a connection whose server process went away under
+    # an operation ("another operation is in progress"): the connection is dead.
+    asyncpg.exceptions.InternalClientError,
+    # Connection set-up refused: a wrong database name or credentials.
+    asyncpg.exceptions.InvalidCatalogNameError,
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,
+)
+
+
+class DatabaseError(Exception):
+    """PostgreSQL refused a statement (not a lost connection: DatabaseUnavailable)."""
+
+
+class ConstraintViolation(DatabaseError):
+    """A statement broke an integrity constraint; `constraint` names it."""
+
+    def __init__(self, constraint: str | None) -> None:
+        super().__init__(f"constraint {constraint} violated")
+        self.constraint = constraint
+
+
+class Session:
+    """One connection: each statement its own transaction, unless the session
+    came from Connector.transaction()."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: asyncpg.Connection) -> None:
+        self._driver = driver
+
+    async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
+        try:
+            rows: list[Row] = await self._driver.fetch(
+                query.sql, *[params[name] for name in query.params]
+            )
+        except asyncpg.PostgresError as exc:
+            raise _refused(query, exc) from exc
+        return rows
+
+    async def fetchrow(
+        self, query: Query, params: Mapping[str, Any] = _NO_PARAMS
+    ) -> Row | None:
+        rows = await self.fetch(query, params)
+        return rows[0] if rows else None
+
+    async def fetchval(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> Any:
+        rows = await self.fetch(query, params)
+        return rows[0][0] if rows else None
+
+    async def execute(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> int:
+        """Runs a statement for its effect; the number of rows it touched."""
+        try:
+            status: str = await self._driver.execute(
+                query.sql, *[params[name] for name in query.params]
+            )
+        except asyncpg.PostgresError as exc:
+            raise _refused(query, exc) from exc
+        count = status.rpartition(" ")[2]
+        return int(count) if count.isdigit() else 0
+
+
+def _refused(query: Query, exc: asyncpg.PostgresError) -> Exception:
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+        return ConstraintViolation(getattr(exc, "constraint_name", None))
+    if isinstance(exc, CONNECTION_ERRORS):
+        return exc  # the checkout turns it into DatabaseUnavailable
+    return DatabaseError(f"{query.name}: {exc}")
+
+
+class Connector:
+    """Sessions on the pool of one SQLAlchemy engine."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        # Each statement commits on its own unless a transaction is begun on
+        # the driver: no BEGIN and COMMIT round trips for single-statement work.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def pool_size(self) -> int:
+        size = getattr(self.engine.pool, "size", None)
+        return int(size()) if callable(size) else 4
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Session]:
+        """A connection whose every statement is its own transaction. For work
+        whose every write is one statement: a notification issued by a later
+        statement is then delivered after the write it announces is committed."""
+        async with self._checkout() as driver:
+            yield Session(driver)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Session]:
+        """A connection in one transaction, committed when the block ends."""
+        async with self._checkout() as driver, driver.transaction():
+            yield Session(driver)
+
+    async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
+        """One statement on a connection of its own."""
+        async with self.session() as session:
+            return await session.fetch(query, params)
+
+    async def ping(self) -> None:
+        async with self._checkout() as driver:
+            await driver.fetchval("SELECT 1")
+
+    @contextlib.asynccontextmanager
+    async def _checkout(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self._autocommit.connect() as conn:
+                driver = await _driver(conn)
+                try:
+                    yield driver
+                except Exception as exc:
+                    # A connection that died under a statement (whatever the error
+                    # said) must not be lent again.
+                    if not isinstance(exc, CONNECTION_ERRORS) and not driver.is_closed():
+                        raise
+                    with contextlib.suppress(Exception):
+                        await conn.invalidate()
+                    if isinstance(exc, LeaseqError):
+                        raise
+                    raise DatabaseUnavailable() from exc
+                finally:
+                    # A transaction left open (its COMMIT or ROLLBACK cancelled
+                    # midway) must not reach the next borrower.
+                    if not driver.is_closed() and driver.is_in_transaction():
+                        with contextlib.suppress(Exception):
+                            await conn.invalidate()
+        except LeaseqError:
+            raise
+        except sa_exc.TimeoutError as exc:
+            raise DatabaseUnavailable("No database connection became free in time.") from exc
+        except sa_exc.DBAPIError as exc:
+            # Raised by the pool while connecting.
+            if exc.connection_invalidated or isinstance(exc.orig, CONNECTION_ERRORS) or (
+                isinstance(getattr(exc.orig, "__cause__", None), CONNECTION_ERRORS)
+            ):
+                raise DatabaseUnavailable() from exc
+            raise
+        except CONNECTION_ERRORS as exc:
+            raise DatabaseUnavailable() from exc
+
+
+async def _driver(conn: AsyncConnection) -> asyncpg.Connection:
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    return driver
+
+
+@contextlib.asynccontextmanager
+async def listening(
+    url: str, channel: str, on_notify: Callable[[str], None], *, name: str
+) -> AsyncIterator[asyncio.Event]:
+    """A connection of its own LISTENing on `channel`; the event is set when it
+    is lost. A LISTEN cannot share the pool: it must outlive every request."""
+    lost = asyncio.Event()
+    conn = await asyncpg.connect(url, server_settings={"application_name": name})
+    try:
+        conn.add_termination_listener(lambda _conn: lost.set())
+        await conn.add_listener(
+            channel, lambda _conn, _pid, _channel, text: on_notify(text)
+        )
+        yield lost
+    finally:
+        if not conn.is_closed():
+            conn.terminate()

@@ -1,0 +1,224 @@
+"""The message cycle's grouped statements: what each array statement of
+queries.sql takes from a group of requests, and how its rows go back to them.
+
+GroupCommit (group_commit.py) runs these; the message operations (service.py)
+submit their items to them. Every function here is pure: items in, parameters
+out; rows in, shares out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from app.db.connector import Row
+from app.queue.group_commit import Grouped, Statement
+from app.queue.models import Queue
+from app.queue.sql import Q
+from app.queue.waiting import payload
+
+GROUP_ITEMS = 500
+"""Most claims, acknowledgements or visibility changes one statement carries."""
+
+GROUP_SEND_BYTES = 4 * 1024 * 1024
+"""Most body and attribute bytes one INSERT carries (a larger send runs alone)."""
+
+
+class Outgoing(NamedTuple):
+    """A validated message as the INSERT takes it."""
+
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    delay: int
+    not_before: datetime | None
+
+
+class Handle(NamedTuple):
+    """A decoded receipt: the message's row and the claim it must still hold."""
+
+    row: int
+    token: UUID
+
+
+class Change(NamedTuple):
+    row: int
+    token: UUID
+    visibility_timeout: int
+
+
+class Claimed(NamedTuple):
+    """A receiver's share of a claim, and how many messages the statement
+    dead-lettered instead (shared by the group: a reason to claim again)."""
+
+    rows: list[Row]
+    dead: int
+
+
+SendKey = tuple[int, int]  # queue id, retention
+ClaimKey = tuple[Queue, int]  # queue, visibility timeout
+
+
+def claim_params(queue: Queue, visibility_timeout: int, count: int) -> dict[str, Any]:
+    return {
+        "queue_id": queue.id,
+        "visibility_timeout": visibility_timeout,
+        "retention": queue.attributes.message_retention,
+        "max": count,
+        "dead_letter_queue_id": queue.dead_letter_queue_id,
+        "max_receive_count": queue.attributes.max_receive_count,
+    }
+
+
+def dead_letter_notice(queue: Queue, dead: int) -> Statement | None:
+    """Wakes the dead-letter queue's receivers for what a claim moved there."""
+    if not dead or queue.dead_letter_queue_id is None:
+        return None
+    return Q.notify_queue, {"notice": payload(queue.dead_letter_queue_id, ready=dead)}
+
+
+def visibility_notice(queue_id: int, rows: list[Row]) -> str | None:
+    """Releases wake receivers now; a lease shortened (rare) sets their timer."""
+    ready = sum(1 for row in rows if row["visibility_timeout"] == 0)
+    due_in = min(
+        (row["visibility_timeout"] for row in rows
+         if row["sooner"] and row["visibility_timeout"] > 0),
+        default=None,
+    )
+    if not ready and due_in is None:
+        return None
+    return payload(queue_id, ready=ready, due_in=due_in)
+
+
+def send_notice(queue_id: int, rows: list[Row]) -> str:
+    """What send_messages announced (in SQL) of these rows."""
+    dues = [float(row["due_in"]) for row in rows]
+    return payload(
+        queue_id,
+        ready=sum(1 for due in dues if due <= 0),
+        due_in=min((due for due in dues if due > 0), default=None),
+    )
+
+
+def _in_order(rows: list[Row], groups: list[list[Any]]) -> list[list[Row]]:
+    shares = []
+    start = 0
+    for group in groups:
+        shares.append(rows[start:start + len(group)])
+        start += len(group)
+    return shares
+
+
+def _send_params(key: SendKey, flat: list[Outgoing]) -> Mapping[str, Any]:
+    queue_id, retention = key
+    return {
+        "queue_id": queue_id,
+        "retention": retention,
+        "bodies": [m.body for m in flat],
+        "attributes": [m.attributes for m in flat],
+        "attribute_types": [m.attribute_types for m in flat],
+        "sender_ids": [m.sender_id for m in flat],
+        "delays": [m.delay for m in flat],
+        "not_befores": [m.not_before for m in flat],
+    }
+
+
+def _send_weight(items: list[Outgoing]) -> int:
+    return sum(len(m.body) + len(m.attributes) + 64 for m in items)
+
+
+SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
+    name="send",
+    query=Q.send_messages,
+    params=_send_params,
+    share=_in_order,
+    limit=GROUP_SEND_BYTES,
+    weigh=_send_weight,
+)
+"""Durable on return: the INSERT carrying them has committed."""
+
+
+def _claim_share(rows: list[Row], groups: list[list[int]]) -> list[Claimed]:
+    dead = int(rows[0]["dead"])
+    # First come, first served, in the claim's (fencing token) order.
+    claimed = sorted((row for row in rows if row["id"] is not None),
+                     key=lambda row: row["fencing_token"])
+    shares = []
+    for (count,) in groups:
+        shares.append(Claimed(claimed[:count], dead))
+        claimed = claimed[count:]
+    return shares
+
+
+def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
+    """Undoes the claims of `rows`, which reached no receiver (give_back_claims)."""
+    if not rows:
+        return None
+    return Q.give_back_claims, {
+        "queue_id": queue.id,
+        "ids": [row["id"] for row in rows],
+        "tokens": [row["claim_token"] for row in rows],
+    }
+
+
+CLAIM: Grouped[ClaimKey, int, Claimed] = Grouped(
+    name="claim",
+    query=Q.claim_messages,
+    params=lambda key, counts: claim_params(key[0], key[1], sum(counts)),
+    share=_claim_share,
+    limit=GROUP_ITEMS,
+    weigh=sum,
+    then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
+    undo=lambda key, share: give_back(key[0], share.rows),
+)
+
+
+def _delete_share(rows: list[Row], groups: list[list[Handle]]) -> list[set[int]]:
+    deleted = {row["id"] for row in rows}
+    return [deleted.intersection(h.row for h in group) for group in groups]
+
+
+DELETE: Grouped[int, Handle, set[int]] = Grouped(
+    name="delete",
+    query=Q.delete_messages,
+    params=lambda queue_id, flat: {
+        "queue_id": queue_id,
+        "ids": [h.row for h in flat],
+        "tokens": [h.token for h in flat],
+    },
+    share=_delete_share,
+    limit=GROUP_ITEMS,
+    row=lambda h: h.row,
+)
+"""The rows deleted, of those asked for."""
+
+
+def _change_share(rows: list[Row], groups: list[list[Change]]) -> list[dict[int, Row]]:
+    changed = {row["id"]: row for row in rows}
+    return [{c.row: changed[c.row] for c in group if c.row in changed} for group in groups]
+
+
+def _change_notice(queue_id: int, rows: list[Row]) -> Statement | None:
+    notice = visibility_notice(queue_id, rows)
+    return None if notice is None else (Q.notify_queue, {"notice": notice})
+
+
+CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(
+    name="change_visibility",
+    query=Q.change_visibility,
+    params=lambda queue_id, flat: {
+        "queue_id": queue_id,
+        "ids": [c.row for c in flat],
+        "tokens": [c.token for c in flat],
+        "visibility_timeouts": [c.visibility_timeout for c in flat],
+    },
+    share=_change_share,
+    limit=GROUP_ITEMS,
+    row=lambda c: c.row,
+    then=_change_notice,
+    budgeted=True,
+)
+"""Row -> its changed row, for the rows whose claim held."""
