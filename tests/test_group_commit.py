@@ -294,11 +294,12 @@ async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
             await receiving
 
     async def given_back() -> bool:
+        # Claimed (it has a claim token), then released: not leased, visible.
         row = await db.fetchrow(
-            "SELECT receive_count, leased, first_received_at, visible_at <= clock_timestamp() "
-            "AS visible FROM messages"
+            "SELECT claim_token IS NOT NULL AND NOT leased "
+            "AND visible_at <= clock_timestamp() AS given FROM messages"
         )
-        return row is not None and not row["leased"] and row["visible"]
+        return row is not None and bool(row["given"])
 
     await eventually(given_back, seconds=10)
     row = await db.fetchrow("SELECT receive_count, first_received_at FROM messages")
