@@ -25,7 +25,7 @@ from app.db.connector import Connector
 from app.db.engine import create_engine
 from app.errors import DatabaseUnavailable, Overloaded
 from app.queue.catalog import QueueCatalog
-from app.queue.waiting import WaitHub, payload
+from app.queue.waiting import Ready, WaitHub
 from app.sqs.errors import from_engine
 
 
@@ -124,7 +124,7 @@ async def test_an_admitted_long_poll_keeps_its_seat_while_it_looks_again(
     await wait_until(lambda: hub.parked() == 1)
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
     async with state.db.engine.connect():  # the only connection: its look waits
-        hub.on_notification(payload(queue_id, ready=1))  # woken, with nothing for it
+        hub.announce(Ready(queue_id, 1))  # woken, with nothing for it
         await wait_until(lambda: hub.parked() == 0)
         _refused(await client.get(f"/v1/queues/{queue}/receive", params={"wait": 20}))
     await wait_until(lambda: hub.parked() == 1)  # looked, found nothing, waits again

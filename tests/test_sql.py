@@ -10,7 +10,7 @@ import httpx
 from support import make_queue, positional
 
 from app.db.connector import Connector
-from app.db.queries import load
+from app.db.queries import compile_query, load
 from app.queue.sql import Q
 
 SOURCE = Q.source
@@ -82,3 +82,11 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     assert after["seq_scan"] == before["seq_scan"]
     assert after["idx_scan"] > before["idx_scan"]
     assert plans["generic_plans"] == 0 and plans["custom_plans"] >= 15
+
+
+def test_every_parameter_is_one_of_the_statement_not_of_its_comments() -> None:
+    """`:name` is found by a pattern: one only in a comment would be a parameter
+    PostgreSQL cannot type."""
+    for query in [*Q, *load("app.auth")]:
+        code = re.sub(r"--[^\n]*", "", query.text)
+        assert set(compile_query(query.name, code).params) == set(query.params), query.name

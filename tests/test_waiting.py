@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 from support import wait_until
 
-from app.queue.waiting import WaitHub, payload
+from app.queue.waiting import Ready, WaitHub
 
 
 def woken(hub: WaitHub, *waiters: object) -> list[bool]:
@@ -20,7 +21,7 @@ async def test_a_wake_for_n_messages_wakes_the_n_longest_waiting() -> None:
     other = hub.park(2)
     for waiter in (a, b, c, other):
         waiter.idle = True
-    hub.on_notification(payload(1, ready=2))
+    hub.on_notification("1:2:")  # as leaseq_notice(1, 2, NULL) writes it
     assert woken(hub, a, b, c, other) == [True, True, False, False]
     assert hub.parked(1) == 1 and hub.parked() == 2
     assert hub.wakeups == 2
@@ -62,7 +63,7 @@ async def test_notification_with_a_due_time_sets_the_timer() -> None:
     hub = WaitHub()
     hub.set_listening(True)
     a = hub.park(7)
-    hub.on_notification(payload(7, ready=0, due_in=0.05))
+    hub.on_notification("7:0:0.050")
     assert not a.woken.done()
     async with asyncio.timeout(5):
         await a.woken
@@ -98,7 +99,7 @@ async def test_a_queue_is_quiet_until_anything_happens_to_it() -> None:
     generation = hub.generation(1)
     hub.mark_quiet(1, generation, due_in=None)
     assert hub.quiet_for(1) is not None and hub.quiet_for(1) <= 60  # type: ignore[operator]
-    hub.on_notification(payload(1, ready=1))
+    hub.announce(Ready(1, 1))
     assert hub.quiet_for(1) is None
     # A look that began before the notification cannot mark the queue quiet.
     hub.mark_quiet(1, generation, due_in=None)
@@ -121,3 +122,15 @@ async def test_nothing_is_quiet_without_the_listener() -> None:
     hub.mark_quiet(3, hub.generation(3), due_in=None)
     hub.set_listening(False)
     assert hub.quiet_for(3) is None
+
+
+async def test_the_databases_notice_reads_back_as_what_it_said(db: asyncpg.Connection) -> None:
+    """The text is written by PostgreSQL (leaseq_notice) and read here: one format."""
+    said = []
+    hub = WaitHub()
+    hub.announce = said.append  # type: ignore[method-assign]
+    for queue_id, ready, due_in in ((3, 2, None), (9, 0, 1.25), (12, 5, 0.0004)):
+        hub.on_notification(await db.fetchval(
+            "SELECT leaseq_notice($1, $2, $3)", queue_id, ready, due_in
+        ))
+    assert said == [Ready(3, 2, None), Ready(9, 0, 1.25), Ready(12, 5, 0.0)]

@@ -23,7 +23,7 @@ from app.errors import (
 from app.queue import attributes, limits
 from app.queue.models import Queue, QueueAttributes, QueueStats, RetryBackoff
 from app.queue.sql import Q
-from app.queue.waiting import WaitHub, changed_payload
+from app.queue.waiting import WaitHub
 
 QUEUE_CACHE_LISTENING = 60.0
 """Seconds a cached queue lives while changes are announced (a safety net only)."""
@@ -247,7 +247,7 @@ class QueueCatalog:
 
 
 async def _announce_change(session: Session, queue_id: int) -> None:
-    await session.execute(Q.notify_queue, {"notice": changed_payload(queue_id)})
+    await session.execute(Q.notify_queue_changed, {"queue_id": queue_id})
 
 
 def _check_tags(tags: dict[str, str]) -> None:

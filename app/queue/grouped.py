@@ -17,7 +17,7 @@ from app.db.connector import Row
 from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
 from app.queue.sql import Q
-from app.queue.waiting import payload
+from app.queue.waiting import Ready
 
 GROUP_ITEMS = 500
 """Most claims, acknowledgements or visibility changes one statement carries."""
@@ -77,10 +77,15 @@ def dead_letter_notice(queue: Queue, dead: int) -> Statement | None:
     """Wakes the dead-letter queue's receivers for what a claim moved there."""
     if not dead or queue.dead_letter_queue_id is None:
         return None
-    return Q.notify_queue, {"notice": payload(queue.dead_letter_queue_id, ready=dead)}
+    return notify(Ready(queue.dead_letter_queue_id, dead))
 
 
-def visibility_notice(queue_id: int, rows: list[Row]) -> str | None:
+def notify(notice: Ready) -> Statement:
+    """The NOTIFY that tells every process's receivers of `notice`."""
+    return Q.notify_ready, notice._asdict()
+
+
+def visibility_notice(queue_id: int, rows: list[Row]) -> Ready | None:
     """Releases wake receivers now; a lease shortened (rare) sets their timer."""
     ready = sum(1 for row in rows if row["visibility_timeout"] == 0)
     due_in = min(
@@ -90,13 +95,13 @@ def visibility_notice(queue_id: int, rows: list[Row]) -> str | None:
     )
     if not ready and due_in is None:
         return None
-    return payload(queue_id, ready=ready, due_in=due_in)
+    return Ready(queue_id, ready, due_in)
 
 
-def send_notice(queue_id: int, rows: list[Row]) -> str:
+def send_notice(queue_id: int, rows: list[Row]) -> Ready:
     """What send_messages announced (in SQL) of these rows."""
     dues = [float(row["due_in"]) for row in rows]
-    return payload(
+    return Ready(
         queue_id,
         ready=sum(1 for due in dues if due <= 0),
         due_in=min((due for due in dues if due > 0), default=None),
@@ -203,7 +208,7 @@ def _change_share(rows: list[Row], groups: list[list[Change]]) -> list[dict[int,
 
 def _change_notice(queue_id: int, rows: list[Row]) -> Statement | None:
     notice = visibility_notice(queue_id, rows)
-    return None if notice is None else (Q.notify_queue, {"notice": notice})
+    return None if notice is None else notify(notice)
 
 
 CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(

@@ -6,9 +6,10 @@
 -- not frozen for a whole transaction. Python never supplies a timestamp, only
 -- durations in whole seconds.
 --
--- Notifications: pg_notify('leaseq', queue_id) is issued in the transaction of
--- every write that makes a message visible sooner; PostgreSQL delivers it on
--- commit, so a woken receiver always finds the committed row.
+-- Notifications: pg_notify('leaseq', leaseq_notice(queue, ready, due_in)) is
+-- issued in the transaction of every write that makes a message visible sooner
+-- (the text is formatted only by that function, migration 0006); PostgreSQL
+-- delivers it on commit, so a woken receiver always finds the committed row.
 
 -- name: create_queue
 -- Creates a queue; returns no row when the name is already taken.
@@ -155,10 +156,10 @@ WITH sent AS (
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
 )
 SELECT sent.message_id, sent.sent_at, sent.due_in,
-       pg_notify('leaseq', format('%s:%s:%s', CAST(:queue_id AS bigint),
+       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
            count(*) FILTER (WHERE sent.due_in <= 0) OVER (),
-           coalesce(round(min(sent.due_in) FILTER (WHERE sent.due_in > 0) OVER (), 3)::text,
-                    ''))) AS notified
+           CAST(min(sent.due_in) FILTER (WHERE sent.due_in > 0) OVER () AS double precision)))
+           AS notified
 FROM sent
 ORDER BY sent.id;
 
@@ -269,13 +270,18 @@ WITH given AS (
     RETURNING m.id
 )
 SELECT count(*) AS given,
-       pg_notify('leaseq', format('%s:%s:', CAST(:queue_id AS bigint), count(*))) AS notified
+       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint), count(*), NULL)) AS notified
 FROM given
 HAVING count(*) > 0;
 
--- name: notify_queue
--- Wakes waiting receivers of a queue once the transaction commits.
-SELECT pg_notify('leaseq', :notice);
+-- name: notify_ready
+-- Wakes waiting receivers of a queue once the transaction commits: `ready`
+-- messages are visible now, the next one in `due_in` seconds (NULL: none known).
+SELECT pg_notify('leaseq', leaseq_notice(:queue_id, :ready, :due_in));
+
+-- name: notify_queue_changed
+-- Tells every process that a queue's attributes changed or that it was deleted.
+SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed'));
 
 -- name: release_message
 -- A worker gives a message back after a failure, conditional on the claim.

@@ -20,7 +20,6 @@ from app.errors import DatabaseUnavailable, InvalidParameter, RedriveInProgress,
 from app.queue.catalog import QueueCatalog
 from app.queue.models import RedriveTask
 from app.queue.sql import Q
-from app.queue.waiting import payload
 
 _log = logging.getLogger(__name__)
 
@@ -152,8 +151,9 @@ class Redrives:
                     Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}
                 )
                 for queue_id in row["destinations"] or ():
-                    notice = payload(queue_id, ready=min(row["moved"], BATCH))
-                    await session.fetch(Q.notify_queue, {"notice": notice})
+                    await session.fetch(Q.notify_ready, {
+                        "queue_id": queue_id, "ready": min(row["moved"], BATCH), "due_in": None,
+                    })
             if row["status"] != "running":  # completed, cancelled (None), or taken over
                 return
             if max_per_second is not None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
@@ -43,8 +41,9 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
+from app.queue.receiving import Receive
 from app.queue.sql import Q
-from app.queue.waiting import Waiter, WaitHub, payload
+from app.queue.waiting import Ready, WaitHub
 
 _log = logging.getLogger(__name__)
 
@@ -76,12 +75,6 @@ def _stored_attributes(message: OutgoingMessage) -> tuple[str, str | None]:
         return json.dumps(message.attributes), None
     flat, types = typed.split(message.typed_attributes)
     return json.dumps(flat), types
-
-
-@dataclass(frozen=True)
-class _Outlook:
-    due_in: float | None  # seconds until the next message becomes claimable
-    more_now: bool  # messages are claimable right now
 
 
 class QueueService:
@@ -142,11 +135,11 @@ class QueueService:
         except Exception:
             _log.warning("could not give back an abandoned claim", exc_info=True)
 
-    def _notify_here(self, notice: str | None) -> None:
+    def _notify_here(self, notice: Ready | None) -> None:
         # The committed NOTIFY reaches this process's listener too; only while
         # that is down must the local receivers be told directly.
         if notice is not None and not self._hub.listening:
-            self._hub.on_notification(notice)
+            self._hub.announce(notice)
 
     # -- messages -----------------------------------------------------------
 
@@ -264,17 +257,6 @@ class QueueService:
             checkpoint=None if checkpoint is None else json.loads(checkpoint),
         )
 
-    async def _outlook(self, session: Session, queue: Queue) -> _Outlook:
-        (row,) = await session.fetch(
-            Q.queue_outlook,
-            {"queue_id": queue.id, "retention": queue.attributes.message_retention},
-        )
-        due_in = row["due_in"]
-        return _Outlook(
-            due_in=None if due_in is None else float(due_in),
-            more_now=bool(row["more_now"]),
-        )
-
     async def receive(
         self,
         name: str,
@@ -294,100 +276,12 @@ class QueueService:
             check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
         if wait is not None:
             check_range("wait", wait, limits.RECEIVE_WAIT)
-        hub = self._hub
-        # A receiver polling again finds its queue's attributes cached; the first
-        # look otherwise reads them in the claim's own transaction.
-        queue = self.queues.cached(name)
-        asked = visibility_timeout
-        visibility_timeout, deadline = 0, 0.0
-        if queue is not None:
-            visibility_timeout, deadline = _timeout_and_deadline(queue, asked, wait)
-        waiter: Waiter | None = None
-        seat: int | None = None  # the queue id whose waiting seat this receive holds
-        try:
-            while True:
-                if gone is not None and gone.is_set():
-                    return []
-                if waiter is not None and not waiter.woken.done():
-                    return []  # the wait ran out with nothing announced
-                if waiter is not None:
-                    hub.leave(waiter, used=True)  # woken: we are looking now
-                    waiter = None
-                    # Dropped from the cache (changed or deleted): read it again.
-                    queue = self.queues.cached(name)
-                received: list[ReceivedMessage] = []
-                ahead: _Outlook | None = None
-                quiet = None
-                if queue is not None and deadline > time.monotonic() and not hub.closed:
-                    quiet = hub.quiet_for(queue.id)
-                if quiet is not None and queue is not None:
-                    # A long poll on a queue known empty since the last look (no
-                    # notification since): wait without asking the database. A
-                    # notification still on its way wakes it like any waiter.
-                    seat = hub.take_seat(queue.id) if seat is None else seat
-                    waiter = hub.park(queue.id)
-                    ahead = _Outlook(due_in=quiet, more_now=False)
-                elif queue is not None and not (deadline > time.monotonic() and not hub.closed):
-                    # A short poll of a known queue: one claim with whoever else polls now.
-                    return await self._claim(queue, visibility_timeout, max_messages, None)
-                else:
-                    if queue is not None and seat is None:
-                        # A long poll of a known queue: admitted or refused before
-                        # it takes a connection.
-                        seat = hub.take_seat(queue.id)
-                    async with self._db.session() as session:
-                        if queue is None:
-                            queue = await self.queues.lookup(session, name)
-                            if deadline == 0.0:  # the first look; later ones keep it
-                                visibility_timeout, deadline = _timeout_and_deadline(
-                                    queue, asked, wait
-                                )
-                        if deadline > time.monotonic() and not hub.closed:
-                            # In line before looking: a send committed after the
-                            # look still reaches this receiver.
-                            seat = hub.take_seat(queue.id) if seat is None else seat
-                            waiter = hub.park(queue.id)
-                        if waiter is None:
-                            return await self._claim(
-                                queue, visibility_timeout, max_messages, session
-                            )
-                        generation = hub.generation(queue.id)
-                        with hub.looking(waiter):
-                            received = await self._claim(
-                                queue, visibility_timeout, max_messages, session
-                            )
-                            # What lies ahead matters to whoever waits: this receiver
-                            # when it found less than it asked for, the others when it
-                            # took a full batch.
-                            ahead = await self._outlook(session, queue)
-                    if not received and not ahead.more_now:
-                        hub.mark_quiet(queue.id, generation, ahead.due_in)
-                if waiter is None:
-                    return received
-                if received:
-                    hub.leave(waiter, used=False)
-                    waiter = None
-                    if ahead.more_now and len(received) == max_messages:
-                        # A full batch may have left more behind: wake the next in
-                        # line, unless others are already on their way.
-                        if hub.on_the_way(queue.id) == 0:
-                            hub.wake(queue.id, 1)
-                    elif ahead.due_in is not None:
-                        hub.schedule(queue.id, ahead.due_in)
-                    return received
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                if ahead.due_in is not None:
-                    hub.schedule(queue.id, ahead.due_in)
-                waiter.idle = True
-                await _wait_any(waiter.woken, gone, remaining)
-                waiter.idle = False
-        finally:
-            if waiter is not None:
-                hub.leave(waiter, used=False)
-            if seat is not None:
-                hub.free_seat(seat)
+        receive = Receive(
+            self._db, self.queues, self._hub, self._claim, name,
+            max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
+            gone=gone,
+        )
+        return await receive.run()
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -460,10 +354,8 @@ class QueueService:
             if row is None:
                 raise LeaseLost()
             waited = max(float(row["delay"]), 0.0)
-            notice = payload(queue.id, ready=1) if waited <= 0 else payload(
-                queue.id, ready=0, due_in=waited
-            )
-            await session.fetch(Q.notify_queue, {"notice": notice})
+            notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
+            await session.fetch(*grouped.notify(notice))
         self._notify_here(notice)
         return Released(delay_seconds=waited, visible_at=row["visible_at"])
 
@@ -581,31 +473,3 @@ class QueueService:
     async def _sweep_round(self, batch: int) -> int:
         async with self._db.session() as session:
             return await session.execute(Q.sweep_expired, {"limit": batch})
-
-
-def _timeout_and_deadline(
-    queue: Queue, visibility_timeout: int | None, wait: int | None
-) -> tuple[int, float]:
-    """The visibility timeout a receive claims for and the monotonic moment its
-    wait ends: the ones asked for, else the queue's."""
-    attributes = queue.attributes
-    if visibility_timeout is None:
-        visibility_timeout = attributes.visibility_timeout
-    wait_seconds = attributes.receive_wait if wait is None else wait
-    return visibility_timeout, time.monotonic() + wait_seconds
-
-
-async def _wait_any(
-    woken: asyncio.Future[None], gone: asyncio.Event | None, seconds: float
-) -> None:
-    """Until `woken` resolves, `gone` is set, or `seconds` pass."""
-    watched: list[asyncio.Future[Any]] = [woken]
-    gone_wait = None
-    if gone is not None:
-        gone_wait = asyncio.ensure_future(gone.wait())
-        watched.append(gone_wait)
-    try:
-        await asyncio.wait(watched, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if gone_wait is not None:
-            gone_wait.cancel()

@@ -31,6 +31,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from app.config import Settings
 from app.db.connector import listening
@@ -46,15 +47,14 @@ REFUSED_RETRY_SECONDS = 1
 or its wait ends, and a refusal costs the service next to nothing."""
 
 
-def payload(queue_id: int, ready: int, due_in: float | None = None) -> str:
-    """A notification: `ready` messages of `queue_id` are visible now, and the next
-    delayed one (if any) is due in `due_in` seconds."""
-    return f"{queue_id}:{ready}:{'' if due_in is None else f'{due_in:.3f}'}"
+class Ready(NamedTuple):
+    """What a wake-up notification says: `ready` messages of `queue_id` are visible
+    now, and the next one (if any is known) in `due_in` seconds. PostgreSQL formats
+    it (`leaseq_notice`, migration 0006); `WaitHub.on_notification` reads it."""
 
-
-def changed_payload(queue_id: int) -> str:
-    """A notification: the queue's attributes changed, or it was deleted."""
-    return f"{queue_id}:changed"
+    queue_id: int
+    ready: int
+    due_in: float | None = None
 
 
 class Waiter:
@@ -279,16 +279,21 @@ class WaitHub:
             return
         try:
             queue_part, ready_part, due_part = text.split(":")
-            queue_id, ready = int(queue_part), int(ready_part)
-            due_in = float(due_part) if due_part else None
+            notice = Ready(int(queue_part), int(ready_part),
+                           float(due_part) if due_part else None)
         except ValueError:
             _log.warning("ignoring malformed notification %r", text)
             return
-        self._bump(queue_id)
-        if ready > 0:
-            self.wake(queue_id, ready)
-        if due_in is not None:
-            self.schedule(queue_id, due_in)
+        self.announce(notice)
+
+    def announce(self, notice: Ready) -> None:
+        """Acts on a wake-up: from a notification, or told directly while the
+        LISTEN connection is down."""
+        self._bump(notice.queue_id)
+        if notice.ready > 0:
+            self.wake(notice.queue_id, notice.ready)
+        if notice.due_in is not None:
+            self.schedule(notice.queue_id, notice.due_in)
 
     # -- listener state ---------------------------------------------------------
 
