@@ -80,6 +80,8 @@ async def test_scopes_cover_action_and_queue_pattern(app_factory: AppClient) -> 
         client.post("/v1/queues/billing/messages", json={"body": "x"}, headers=sender),
         client.get("/v1/queues/orders-eu/receive", headers=sender),
         client.get("/v1/queues/orders-us/receive", headers=worker),
+        client.post("/v1/queues/orders-eu/receive", json={}, headers=sender),
+        client.post("/v1/queues/orders-us/receive", json={"delete": ["h"]}, headers=worker),
         client.post("/v1/queues/orders-eu/purge", headers=reader),
         client.delete("/v1/queues/orders-eu", headers=worker),
         client.post("/v1/queues", json={"name": "orders-new"}, headers=sender),

@@ -190,6 +190,7 @@ async def test_the_node_client_covers_the_rest_api(served: tuple[str, Any]) -> N
         "created": "node-api", "sent": result["sent"], "batch": 2, "visible": 3,
         "peeked": ["on", "tw", "th"], "received": ["one", "three", "two"], "extended": 60,
         "extendedBatch": 1, "checkpointed": 45, "released": "number", "deleted": 2,
-        "again": "lease_lost", "listed": ["node-api"], "purged": 1, "sources": [],
+        "again": "lease_lost", "settled": [["lease_lost"], ["three"], []],
+        "listed": ["node-api"], "purged": 1, "sources": [],
         "gone": "queue_not_found",
     }

@@ -52,7 +52,7 @@ CHECKS = [
 ]
 SEEDED_QUEUE = "fuzz"
 DEAD_LETTERS = "fuzz-dlq"
-OPERATIONS = 26  # the 23 of /v1, /healthz, /readyz, /metrics
+OPERATIONS = 27  # the 24 of /v1, /healthz, /readyz, /metrics
 
 Schema = Any  # schemathesis.specs.openapi.schemas.OpenApiSchema
 
@@ -193,7 +193,7 @@ def test_schemathesis_with_auth(load_schema: Callable[..., Schema]) -> None:
 
 
 OPERATION_IDS = {
-    "send_message", "receive_messages", "peek_messages", "change_visibility",
+    "send_message", "receive_messages", "receive_and_settle", "peek_messages", "change_visibility",
     "change_visibility_batch", "delete_message", "delete_message_batch", "release_message",
     "checkpoint_message", "create_queue", "list_queues", "get_queue", "update_queue",
     "delete_queue", "purge_queue", "list_dead_letter_sources", "start_redrive",

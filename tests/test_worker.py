@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -618,6 +619,47 @@ class SlowReceive(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """Counts requests by method and the last part of their path."""
+
+    def __init__(self, seen: Counter[str]) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen = seen
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        kind = "message" if "/messages/" in path and path.count("/") == 5 else (
+            path.rsplit("/", 1)[-1])
+        self.seen[f"{request.method} {kind}"] += 1
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_busy_worker_s_acknowledgements_ride_on_its_receives(
+    api: AsyncClient, url: str
+) -> None:
+    await api.create_queue("ride")
+    await api.send_batch("ride", [f"m{i}" for i in range(10)])
+    await api.send_batch("ride", [f"m{i}" for i in range(10, 20)])
+    seen: Counter[str] = Counter()
+
+    async def handler(message: Message, ctx: AsyncContext) -> None:
+        return None
+
+    worker = Worker(handler, queue="ride", url=url, wait=1, visibility_timeout=30,
+                    transport=lambda: Counting(seen))
+    async with running(worker):
+        await wait_until(lambda: worker.stats.acknowledged == 20)
+    assert worker.stats.ack_rejected == 0
+    assert seen["DELETE message"] == 0  # none sent alone
+    carried = seen["POST receive"]
+    assert carried >= 10, seen  # most acknowledgements went with a receive
+    assert seen["POST delete"] <= 20 - carried, seen
+    assert (await api.get_queue("ride")).stats.visible == 0
 
 
 async def test_the_lease_clock_starts_when_the_receive_is_sent(

@@ -20,7 +20,9 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 # Routes whose bodies hold batches: (method, path).
-_BATCH_ROUTES = re.compile(r"^POST /v1/queues/[^/]+/messages(?:/visibility|/delete)?$")
+_BATCH_ROUTES = re.compile(
+    r"^POST /v1/queues/[^/]+/(?:messages(?:/visibility|/delete)?|receive)$"
+)
 VALUES_PER_ENTRY = 4
 """Objects and numbers one batch entry may hold: the entry, its attributes,
 its delay (sends), its timeout (visibility changes)."""

@@ -302,6 +302,15 @@ class ReceiveOut(BaseModel):
     messages: list[ReceivedOut]
 
 
+class SettledOut(ReceiveOut):
+    """The messages claimed, after the acknowledgements and extensions the receive
+    brought: one result per entry of `delete` and of `extend`, in request order, as
+    the batch routes give them (a `lease_lost` entry never fails the receive)."""
+
+    deleted: list[dict[str, Any]]
+    extended: list[dict[str, Any]]
+
+
 class VisibilityIn(_Strict):
     timeout: int = Field(ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
                          strict=True)
@@ -326,6 +335,29 @@ class VisibilityBatchIn(_Strict):
 
 class DeleteBatchIn(_Strict):
     receipt_handles: list[str] = Field(min_length=1, max_length=limits.MAX_BATCH)
+
+
+class ReceiveIn(_Strict):
+    """A receive that first acknowledges and extends what the worker holds: a
+    worker's steady state is one request per iteration."""
+
+    max: int = Field(default=1, ge=limits.RECEIVE_MAX[0], le=limits.RECEIVE_MAX[1], strict=True)
+    wait: int | None = Field(
+        default=None, ge=limits.RECEIVE_WAIT[0], le=limits.RECEIVE_WAIT[1], strict=True,
+        description="Seconds to wait for a message; default the queue's receive_wait.",
+    )
+    visibility_timeout: int | None = Field(
+        default=None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
+        strict=True,
+    )
+    delete: list[str] = Field(
+        default_factory=list, max_length=limits.MAX_BATCH,
+        description="Receipt handles to acknowledge before claiming.",
+    )
+    extend: list[VisibilityEntry] = Field(
+        default_factory=list, max_length=limits.MAX_BATCH,
+        description="Leases to extend (`timeout` seconds from now) before claiming.",
+    )
 
 
 class CheckpointIn(_Strict):

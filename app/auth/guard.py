@@ -44,6 +44,7 @@ _RULES: list[tuple[str, re.Pattern[str], str]] = [
     for method, path, action in [
         ("POST", rf"^/v1/queues/{_Q}/messages$", "send"),
         ("GET", rf"^/v1/queues/{_Q}/receive$", "receive"),
+        ("POST", rf"^/v1/queues/{_Q}/receive$", "receive"),
         ("PATCH", rf"^/v1/queues/{_Q}/messages/{_H}/visibility$", "receive"),
         ("DELETE", rf"^/v1/queues/{_Q}/messages/{_H}$", "receive"),
         ("POST", rf"^/v1/queues/{_Q}/messages/visibility$", "receive"),

@@ -283,6 +283,21 @@ class QueueService:
         )
         return await receive.run()
 
+    async def settle(
+        self, name: str, delete: Sequence[str], extend: Sequence[tuple[str, int]]
+    ) -> tuple[list[EntryError | None], list[Lease | EntryError]]:
+        """What a worker finished (`delete`) and what it still holds (`extend`:
+        handle, visibility timeout), applied together as a receive brings them:
+        each through its grouped statement, both at once. One result per entry."""
+        if set(delete) & {handle for handle, _ in extend}:
+            raise InvalidParameter(
+                "A receipt handle is either deleted or extended by one request, not both."
+            )
+        deleting = self.delete(name, delete) if delete else _nothing()
+        extending = self.change_visibility(name, extend) if extend else _nothing()
+        deleted, extended = await asyncio.gather(deleting, extending)
+        return deleted, extended
+
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
     ) -> list[Lease | EntryError]:
@@ -473,3 +488,7 @@ class QueueService:
     async def _sweep_round(self, batch: int) -> int:
         async with self._db.session() as session:
             return await session.execute(Q.sweep_expired, {"limit": batch})
+
+
+async def _nothing() -> list[Any]:
+    return []

@@ -135,6 +135,14 @@ export class Client {
   sendBatch(queue: string, messages: OutgoingMessage[]): Promise<BatchResults<Sent>>;
   receive(queue: string, options?: { max?: number; visibilityTimeout?: number; wait?: number;
     signal?: AbortSignal }): Promise<{ messages: ReceivedMessage[] }>;
+  /** Acknowledge and extend, then claim: one request; one result per entry. */
+  receiveSettling(queue: string, options?: { delete?: string[];
+    extend?: { receipt_handle: string; timeout: number }[]; max?: number;
+    visibilityTimeout?: number; wait?: number; signal?: AbortSignal }): Promise<{
+    messages: ReceivedMessage[];
+    deleted: BatchResults['results'];
+    extended: BatchResults<LeaseGranted>['results'];
+  }>;
   extend(queue: string, handle: string, timeout: number, options?: CallOptions):
     Promise<LeaseGranted>;
   extendBatch(queue: string, entries: { receipt_handle: string; timeout: number }[]):

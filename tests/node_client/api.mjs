@@ -18,6 +18,8 @@ out.checkpointed = (await client.checkpoint('node-api', third, { n: 1 }, { timeo
 out.released = typeof (await client.release('node-api', third, 0)).delay_seconds;
 out.deleted = (await client.deleteBatch('node-api', [first, second])).succeeded;
 try { await client.delete('node-api', first); } catch (err) { out.again = err instanceof LeaseqError && err.code; }
+const settled = await client.receiveSettling('node-api', { delete: [first], max: 2, wait: 0 });
+out.settled = [settled.deleted.map((r) => r.code), settled.messages.map((m) => m.body), settled.extended];
 out.listed = (await client.listQueues({ prefix: 'node' })).queues.map((q) => q.name);
 out.purged = (await client.purge('node-api')).purged;
 out.sources = (await client.deadLetterSources('node-api')).queues;

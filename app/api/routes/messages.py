@@ -19,11 +19,13 @@ from app.api.schemas import (
     PeekedOut,
     PeekOut,
     ReceivedOut,
+    ReceiveIn,
     ReceiveOut,
     ReleasedOut,
     ReleaseIn,
     SendIn,
     SentOut,
+    SettledOut,
     VisibilityBatchIn,
     VisibilityIn,
 )
@@ -105,6 +107,48 @@ async def receive(
     return ReceiveOut(messages=[ReceivedOut.of(m) for m in received])
 
 
+@router.post("/receive", operation_id="receive_and_settle",
+             responses=responses("queue_not_found", "validation_error",
+                                 "database_unavailable", "overloaded"))
+async def receive_and_settle(queue: str, body: ReceiveIn, request: Request) -> SettledOut:
+    """Acknowledge (`delete`) and extend (`extend`) held messages, then claim up to
+    `max`, as `GET …/receive` does. The acknowledgements and extensions are applied
+    (and committed) first; each reports its own result, and a `lease_lost` entry
+    never fails the receive. Retried after a failure, an acknowledgement already
+    applied answers `lease_lost`."""
+    service = service_of(request)
+    settings = settings_of(request)
+    check_batch(len(body.delete), settings)
+    check_batch(len(body.extend), settings)
+    deleted, extended = await service.settle(
+        queue, body.delete, [(e.receipt_handle, e.timeout) for e in body.extend]
+    )
+    async with client_gone(request) as gone:
+        received = await service.receive(
+            queue, max_messages=body.max, visibility_timeout=body.visibility_timeout,
+            wait=body.wait, gone=gone,
+        )
+    return SettledOut(
+        messages=[ReceivedOut.of(m) for m in received],
+        deleted=_deleted(deleted),
+        extended=_extended(extended),
+    )
+
+
+def _deleted(results: list[EntryError | None]) -> list[dict[str, Any]]:
+    return [entry_error(r.error) if isinstance(r, EntryError) else {"ok": True} for r in results]
+
+
+def _extended(results: list[Lease | EntryError]) -> list[dict[str, Any]]:
+    return [
+        entry_error(r.error) if isinstance(r, EntryError) else {
+            "ok": True, "lease_seconds": r.visibility_timeout,
+            "lease_expires_at": r.lease_expires_at,
+        }
+        for r in results
+    ]
+
+
 def _lease_or_raise(result: Lease | EntryError) -> LeaseOut:
     if isinstance(result, EntryError):
         raise result.error
@@ -137,14 +181,7 @@ async def change_visibility_batch(
     results = await service.change_visibility(
         queue, [(e.receipt_handle, e.timeout) for e in body.entries]
     )
-    out: list[dict[str, Any]] = []
-    for r in results:
-        if isinstance(r, EntryError):
-            out.append(entry_error(r.error))
-        else:
-            out.append({"ok": True, "lease_seconds": r.visibility_timeout,
-                        "lease_expires_at": r.lease_expires_at})
-    return BatchResults.of(out)
+    return BatchResults.of(_extended(results))
 
 
 @router.delete(
@@ -173,9 +210,7 @@ async def delete_batch(
     settings = settings_of(request)
     check_batch(len(body.receipt_handles), settings)
     results = await service.delete(queue, body.receipt_handles)
-    return BatchResults.of(
-        [entry_error(r.error) if isinstance(r, EntryError) else {"ok": True} for r in results]
-    )
+    return BatchResults.of(_deleted(results))
 
 
 @router.post("/messages/{receipt_handle}/release", operation_id="release_message",

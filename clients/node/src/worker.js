@@ -12,6 +12,10 @@ import { HandlerCancelled, LeaseqError, LOST } from './errors.js';
 const log = (/** @type {unknown[]} */ ...parts) =>
   console.error(new Date().toISOString(), 'leaseq.worker:', ...parts);
 
+// How long a finished message's acknowledgement waits for the next receive to
+// carry it before it is sent on its own (a receive waiting in a long poll takes none).
+const ACK_RIDE_MS = 50;
+
 // -- one claim's lease, on the monotonic clock --------------------------------------
 
 export class Lease {
@@ -162,6 +166,9 @@ export class Worker {
     this.hurry = new AbortController();
     this.stopPolling = new AbortController();
     this.slotFreed = null;
+    /** Acknowledgements waiting for the next receive to carry them. @type {{ handle: string, resolve: (r: any) => void, reject: (e: unknown) => void }[]} */
+    this.acks = [];
+    this.carryAcks = true; // false against a service without POST .../receive
   }
 
   stop() {
@@ -184,19 +191,25 @@ export class Worker {
     let failures = 0;
     let fatal = null;
     while (!this.stopping) {
-      while (this.jobs.size >= this.concurrency && !this.stopping) {
+      // a handler that finished frees its slot once its acknowledgement is queued
+      while (this.jobs.size - this.acks.length >= this.concurrency && !this.stopping) {
         await new Promise((resolve) => (this.slotFreed = resolve));
       }
       if (this.stopping) break;
       const sentAt = performance.now(); // the lease starts after this, never before
+      const max = Math.min(this.concurrency - this.jobs.size + this.acks.length, 10);
       let messages;
       try {
-        ({ messages } = await this.client.receive(this.queue, {
-          max: Math.min(this.concurrency - this.jobs.size, 10),
-          visibilityTimeout: this.visibilityTimeout,
-          wait: this.wait,
-          signal: this.stopPolling.signal,
-        }));
+        if (this.acks.length > 0 && this.carryAcks) {
+          messages = await this.receiveCarryingAcks(max);
+        } else {
+          ({ messages } = await this.client.receive(this.queue, {
+            max,
+            visibilityTimeout: this.visibilityTimeout,
+            wait: this.wait,
+            signal: this.stopPolling.signal,
+          }));
+        }
       } catch (err) {
         if (this.stopping) break;
         if (err instanceof LeaseqError && err.status < 500) {
@@ -215,6 +228,78 @@ export class Worker {
     }
     await this.drain();
     if (fatal) throw fatal;
+  }
+
+  /**
+   * One request: the queued acknowledgements, then a receive that does not wait
+   * (their results would wait with it).
+   * @param {number} max
+   */
+  async receiveCarryingAcks(max) {
+    const acks = this.acks.splice(0);
+    let settled;
+    try {
+      settled = await this.client.receiveSettling(this.queue, {
+        delete: acks.map((a) => a.handle), max, visibilityTimeout: this.visibilityTimeout,
+        wait: 0, signal: this.stopPolling.signal,
+      });
+    } catch (err) {
+      for (const a of acks) a.reject(err);
+      if (err instanceof LeaseqError && err.status === 405) {
+        log('the service cannot carry acknowledgements on a receive; sending them on their own');
+        this.carryAcks = false;
+        return [];
+      }
+      throw err;
+    }
+    acks.forEach((a, i) => a.resolve(settled.deleted[i]));
+    return settled.messages;
+  }
+
+  /** The queued acknowledgements, as one batch of their own. */
+  async sendAcks() {
+    const acks = this.acks.splice(0);
+    if (acks.length === 0) return;
+    try {
+      const { results } = await this.client.deleteBatch(this.queue, acks.map((a) => a.handle));
+      acks.forEach((a, i) => a.resolve(results[i]));
+    } catch (err) {
+      for (const a of acks) a.reject(err);
+    }
+  }
+
+  /**
+   * Queued for the next receive to carry, or sent in a batch of its own after
+   * ACK_RIDE_MS; sent alone if that request failed.
+   */
+  async acknowledge(job) {
+    let result;
+    try {
+      result = await new Promise((resolve, reject) => {
+        this.acks.push({ handle: job.message.receipt_handle, resolve, reject });
+        this.slotFreed?.();
+        setTimeout(() => this.sendAcks(), ACK_RIDE_MS);
+      });
+    } catch {
+      result = null;
+    }
+    if (result?.ok) {
+      log(`${job.name} acknowledged`);
+    } else if (result?.code === 'lease_lost') {
+      log(`${job.name}: acknowledgement rejected (lease lost)`);
+    } else {
+      await this.acknowledgeAlone(job);
+    }
+  }
+
+  async acknowledgeAlone(job) {
+    try {
+      await this.client.delete(this.queue, job.message.receipt_handle);
+      log(`${job.name} acknowledged`);
+    } catch (err) {
+      if (err instanceof LeaseqError && err.code === 'lease_lost') log(`${job.name}: acknowledgement rejected (lease lost)`);
+      else log(`${job.name}: acknowledgement failed (${err.message}); it will be redelivered`);
+    }
   }
 
   start(message, sentAt) {
@@ -266,13 +351,7 @@ export class Worker {
       return;
     }
     if (outcome === 'done') {
-      try {
-        await this.client.delete(this.queue, message.receipt_handle);
-        log(`${job.name} acknowledged`);
-      } catch (err) {
-        if (err instanceof LeaseqError && err.code === 'lease_lost') log(`${job.name}: acknowledgement rejected (lease lost)`);
-        else log(`${job.name}: acknowledgement failed (${err.message}); it will be redelivered`);
-      }
+      await this.acknowledge(job);
       return;
     }
     // a cancelled handler's message is released at once; a failed one after the retry delay

@@ -38,6 +38,7 @@ from leaseq.models import (
     Released,
     RetryBackoff,
     Sent,
+    Settled,
 )
 from leaseq.worker import Outcome, Worker, WorkerStats
 
@@ -73,6 +74,7 @@ __all__ = [
     "RetryBackoff",
     "Sent",
     "ServiceUnavailable",
+    "Settled",
     "Unreachable",
     "ValidationError",
     "Worker",

@@ -35,6 +35,7 @@ from leaseq.models import (
     RedriveTask,
     Released,
     Sent,
+    Settled,
 )
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -108,6 +109,16 @@ def _batch(parse: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], l
 
 def _messages(response: httpx.Response) -> list[Message]:
     return [Message.from_json(m) for m in response.json()["messages"]]
+
+
+def _settled(response: httpx.Response) -> Settled:
+    data = response.json()
+    return Settled(
+        messages=[Message.from_json(m) for m in data["messages"]],
+        deleted=[None if r.get("ok") else _entry_error(r) for r in data["deleted"]],
+        extended=[Lease.from_json(r) if r.get("ok") else _entry_error(r)
+                  for r in data["extended"]],
+    )
 
 
 def _lease(response: httpx.Response) -> Lease:
@@ -213,16 +224,20 @@ class _calls:
         queue: str, max: int, visibility_timeout: int | None, wait: int | None,
         timeout: float,
     ) -> _Call[list[Message]]:
-        params: dict[str, Any] = {"max": max}
-        if visibility_timeout is not None:
-            params["visibility_timeout"] = visibility_timeout
-        if wait is not None:
-            params["wait"] = wait
-        # A long poll answers after up to `wait` seconds (the queue's receive_wait,
-        # at most 20, when not given): the read timeout must outlast it.
-        poll = float(wait if wait is not None else 20) + POLL_MARGIN
+        params = _receive_options(max, visibility_timeout, wait)
         return _Call("GET", f"{_q(queue)}/receive", _messages, params=params,
-                     timeout=max_(timeout, poll))
+                     timeout=_poll_timeout(wait, timeout))
+
+    @staticmethod
+    def receive_settling(
+        queue: str, delete: Sequence[str], extend: Sequence[tuple[str, int]], max: int,
+        visibility_timeout: int | None, wait: int | None, timeout: float,
+    ) -> _Call[Settled]:
+        body = _receive_options(max, visibility_timeout, wait)
+        body["delete"] = list(delete)
+        body["extend"] = [{"receipt_handle": h, "timeout": t} for h, t in extend]
+        return _Call("POST", f"{_q(queue)}/receive", _settled, json=body,
+                     timeout=_poll_timeout(wait, timeout))
 
     @staticmethod
     def extend(queue: str, handle: str, timeout: int) -> _Call[Lease]:
@@ -261,6 +276,23 @@ class _calls:
     def delete_batch(queue: str, handles: Sequence[str]) -> _Call[list[ApiError | None]]:
         return _Call("POST", f"{_q(queue)}/messages/delete", _batch(lambda _r: None),
                      json={"receipt_handles": list(handles)})
+
+
+def _receive_options(
+    max: int, visibility_timeout: int | None, wait: int | None
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"max": max}
+    if visibility_timeout is not None:
+        options["visibility_timeout"] = visibility_timeout
+    if wait is not None:
+        options["wait"] = wait
+    return options
+
+
+def _poll_timeout(wait: int | None, timeout: float) -> float:
+    # A long poll answers after up to `wait` seconds (the queue's receive_wait,
+    # at most 20, when not given): the read timeout must outlast it.
+    return max_(timeout, float(wait if wait is not None else 20) + POLL_MARGIN)
 
 
 def max_(a: float, b: float) -> float:
@@ -406,6 +438,17 @@ class Client(_Base):
         """Claim up to `max` messages, waiting up to `wait` seconds for the first.
         The lease starts when the service claims: measure it from before this call."""
         return self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+
+    def receive_settling(
+        self, queue: str, *, delete: Sequence[str] = (),
+        extend: Sequence[tuple[str, int]] = (), max: int = 1,
+        visibility_timeout: int | None = None, wait: int | None = None,
+    ) -> Settled:
+        """Acknowledge `delete` and extend `extend` ((handle, timeout) pairs), then
+        receive as `receive` does: one request. Each entry has its own result."""
+        return self._run(_calls.receive_settling(
+            queue, delete, extend, max, visibility_timeout, wait, self.timeout
+        ))
 
     def extend(self, queue: str, handle: str, timeout: int, *,
                request_timeout: float | None = None) -> Lease:
@@ -554,6 +597,17 @@ class AsyncClient(_Base):
         """Claim up to `max` messages, waiting up to `wait` seconds for the first.
         The lease starts when the service claims: measure it from before this call."""
         return await self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+
+    async def receive_settling(
+        self, queue: str, *, delete: Sequence[str] = (),
+        extend: Sequence[tuple[str, int]] = (), max: int = 1,
+        visibility_timeout: int | None = None, wait: int | None = None,
+    ) -> Settled:
+        """Acknowledge `delete` and extend `extend` ((handle, timeout) pairs), then
+        receive as `receive` does: one request. Each entry has its own result."""
+        return await self._run(_calls.receive_settling(
+            queue, delete, extend, max, visibility_timeout, wait, self.timeout
+        ))
 
     async def extend(
         self,

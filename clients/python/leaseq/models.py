@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leaseq.errors import ApiError
 
 
 def _time(value: str) -> datetime:
@@ -59,6 +62,17 @@ class Lease:
             lease_seconds=int(data["lease_seconds"]),
             lease_expires_at=_time(data["lease_expires_at"]),
         )
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a receive that brought acknowledgements and extensions answers: the
+    messages it claimed, and one result per entry sent, in order (`None` or the
+    `Lease` on success, the entry's error otherwise; errors are not raised)."""
+
+    messages: list[Message]
+    deleted: list[ApiError | None]
+    extended: list[Lease | ApiError]
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,16 @@ Handler = Callable[[Message, Any], Any]
 HeartbeatMode = Literal["auto", "task", "thread"]
 
 MAX_RECEIVE = 10
+ACK_RIDE_SECONDS = 0.05
+"""How long a finished message's acknowledgement waits for the next receive to
+carry it (`POST .../receive` with `delete`) before it is sent on its own: a
+receive loop waiting in a long poll takes none."""
+
+
+class _AckUnknown(Exception):
+    """The request carrying an acknowledgement failed: whether it was applied is
+    not known."""
+
 CANCEL_WAIT = 5.0
 """Seconds cancelled handlers get to stop at shutdown before their messages are
 released anyway."""
@@ -186,6 +196,9 @@ class Worker:
         self._early_stop: bool | None = None  # stop() before serve() started
         self._jobs: dict[asyncio.Task[None], _Job] = {}
         self._slot: asyncio.Event | None = None
+        # Acknowledgements waiting for a receive to carry them: (handle, its result).
+        self._acks: list[tuple[str, asyncio.Future[ApiError | None]]] = []
+        self._carry_acks = True  # False against a service without POST .../receive
         self._beats: HeartbeatThread | None = None
         self._poller: AsyncClient | None = None
         self._control: AsyncClient | None = None
@@ -342,17 +355,22 @@ class Worker:
                 )
         failures = 0
         while True:
-            while len(self._jobs) >= self.concurrency:
+            # A handler that finished frees its slot once its acknowledgement is
+            # queued: the next receive carries it.
+            while len(self._jobs) - len(self._acks) >= self.concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            free = self.concurrency - len(self._jobs)
+            free = self.concurrency - len(self._jobs) + len(self._acks)
             sent_at = time.monotonic()  # the lease starts after this, never before
             try:
-                messages = await self._poller.receive(
-                    self.queue, max=min(free, MAX_RECEIVE),
-                    visibility_timeout=self.visibility_timeout,
-                    wait=self.wait,
-                )
+                if self._acks and self._carry_acks:
+                    messages = await self._receive_carrying_acks(min(free, MAX_RECEIVE))
+                else:
+                    messages = await self._poller.receive(
+                        self.queue, max=min(free, MAX_RECEIVE),
+                        visibility_timeout=self.visibility_timeout,
+                        wait=self.wait,
+                    )
             except (Unreachable, ApiError) as exc:
                 if isinstance(exc, ApiError) and not exc.transient:
                     log.error("receive from %r refused: %s", self.queue, exc)
@@ -365,6 +383,49 @@ class Worker:
             failures = 0
             for message in messages:
                 self._start(message, sent_at)
+
+    async def _receive_carrying_acks(self, count: int) -> list[Message]:
+        """One request: the queued acknowledgements, then a receive. It does not
+        wait for messages (their results would wait with it); an empty answer
+        sends the loop to its usual long poll."""
+        assert self._poller is not None
+        acks, self._acks = self._acks, []
+        try:
+            settled = await self._poller.receive_settling(
+                self.queue, delete=[handle for handle, _ in acks], max=count,
+                visibility_timeout=self.visibility_timeout, wait=0,
+            )
+        except BaseException as exc:
+            for _, result in acks:
+                if not result.done():
+                    result.set_exception(_AckUnknown(repr(exc)))
+            if isinstance(exc, ApiError) and exc.status == 405:
+                log.info("the service cannot carry acknowledgements on a receive; "
+                         "sending them on their own")
+                self._carry_acks = False
+                return []
+            raise
+        for (_, result), deleted in zip(acks, settled.deleted, strict=True):
+            if not result.done():
+                result.set_result(deleted)
+        return settled.messages
+
+    async def _send_acks(self) -> None:
+        """The queued acknowledgements, as one batch of their own."""
+        assert self._control is not None
+        acks, self._acks = self._acks, []
+        if not acks:
+            return
+        try:
+            results = await self._control.delete_batch(self.queue, [h for h, _ in acks])
+        except BaseException as exc:
+            for _, result in acks:
+                if not result.done():
+                    result.set_exception(_AckUnknown(repr(exc)))
+            raise
+        for (_, result), deleted in zip(acks, results, strict=True):
+            if not result.done():
+                result.set_result(deleted)
 
     def _start(self, message: Message, sent_at: float) -> None:
         self.stats.received += 1
@@ -483,17 +544,51 @@ class Worker:
             await self._release(job, 0, why="its handler was cancelled")
 
     async def _acknowledge(self, job: _Job) -> None:
+        """Queued for the next receive to carry (or sent in a batch of its own
+        after ACK_RIDE_SECONDS); sent alone, with retries, if that request fails."""
+        assert self._slot is not None
+        result: asyncio.Future[ApiError | None] = asyncio.get_running_loop().create_future()
+        self._acks.append((job.message.receipt_handle, result))
+        self._slot.set()
+        try:
+            try:
+                async with asyncio.timeout(ACK_RIDE_SECONDS):
+                    outcome = await asyncio.shield(result)
+            except TimeoutError:
+                with contextlib.suppress(Exception):
+                    await self._send_acks()  # ours too, unless a receive took it
+                outcome = await result
+        except _AckUnknown:
+            await self._acknowledge_alone(job)
+            return
+        if isinstance(outcome, LeaseLost):
+            self._ack_rejected(job)
+        elif outcome is not None:
+            log.warning("%s: acknowledgement refused (%r); trying again alone", job, outcome)
+            await self._acknowledge_alone(job)
+        else:
+            self._acknowledged(job)
+
+    def _ack_rejected(self, job: _Job) -> None:
+        # The lease ran out and another receive claimed the message while the
+        # handler finished: its work will be redone there.
+        self._record(job, Outcome.ACK_REJECTED)
+        self.stats.ack_rejected += 1
+        log.warning("%s: acknowledgement rejected (lease lost)", job)
+
+    def _acknowledged(self, job: _Job) -> None:
+        self._record(job, Outcome.ACKNOWLEDGED)
+        self.stats.acknowledged += 1
+        log.info("%s acknowledged", job)
+
+    async def _acknowledge_alone(self, job: _Job) -> None:
         assert self._control is not None
         attempt = 0
         while True:
             try:
                 await self._control.delete(self.queue, job.message.receipt_handle)
             except LeaseLost:
-                # The lease ran out and another receive claimed the message while
-                # the handler finished: its work will be redone there.
-                self._record(job, Outcome.ACK_REJECTED)
-                self.stats.ack_rejected += 1
-                log.warning("%s: acknowledgement rejected (lease lost)", job)
+                self._ack_rejected(job)
                 return
             except (Unreachable, ApiError) as exc:
                 transient = isinstance(exc, Unreachable) or exc.transient
@@ -503,9 +598,7 @@ class Worker:
                     continue
                 log.error("%s: acknowledgement failed (%r); it will be redelivered", job, exc)
                 return
-            self._record(job, Outcome.ACKNOWLEDGED)
-            self.stats.acknowledged += 1
-            log.info("%s acknowledged", job)
+            self._acknowledged(job)
             return
 
     async def _release(self, job: _Job, delay: int | None, *, why: str) -> None:
