@@ -91,8 +91,17 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 op: (after[op][0] - grouped[op][0]) / max(after[op][1] - grouped[op][1], 1)
                 for op in ("send", "claim", "delete")
             }
-            rows.append({"raw": raw.as_dict(), "rest": rest_row,
-                         "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)})
+            row = {"raw": raw.as_dict(), "rest": rest_row,
+                   "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)}
+            if n == max(clients):
+                # The workers' cycle: each acknowledgement rides on the next receive.
+                worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
+                                   seconds=seconds, processes=processes,
+                                   remaining=remaining_rest, service_cpu=service_cpu)
+                row["worker"] = worker.as_dict()
+                row["worker_ratio"] = (
+                    worker.messages_per_second / max(raw.messages_per_second, 1e-9))
+            rows.append(row)
     return rows
 
 
@@ -168,7 +177,26 @@ def print_table(report: dict[str, Any]) -> None:
               f"{raw['duplicated'] + rest['duplicated']:>5}"
               f"{rest['claim_p99_ms']:>9.1f}ms{rest['delete_p99_ms']:>10.1f}ms"
               f"{rest['generator_cpu_percent']:>8.0f}%{rest['service_cpu_percent'] or 0:>8.0f}%")
-    print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON)")
+    for row in report["cycle"]:
+        worker = row.get("worker")
+        if worker is None:
+            continue
+        label = (f"{'single' if worker['batch'] == 1 else 'batch 10'}, "
+                 f"{worker['clients']:>2}, acks ride")
+        print(f"{label:<22}{row['raw']['messages_per_second']:>11.0f}"
+              f"{worker['messages_per_second']:>12.0f}{row['worker_ratio']:>10.2f}"
+              f"{worker['lost']:>6}{worker['duplicated']:>5}"
+              f"{worker['claim_p99_ms']:>9.1f}ms{'-':>12}"
+              f"{worker['generator_cpu_percent']:>8.0f}%"
+              f"{worker['service_cpu_percent'] or 0:>8.0f}%")
+    print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON;"
+          " 'acks ride': send, then receive carrying the last round's acknowledgements;"
+          " its claim p99 is that receive's)")
+    print("  service CPU per message: " + ", ".join(
+        f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} x{row['rest']['clients']} "
+        f"{_cpu_per_message(row['rest']):.0f} us"
+        + (f" ({_cpu_per_message(row['worker']):.0f} us acks ride)" if "worker" in row else "")
+        for row in report["cycle"]))
     for row in report["cycle"]:
         grouping = row["rest"].get("requests_per_statement")
         if grouping and row["rest"]["clients"] == 16:
@@ -199,6 +227,12 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"service RSS ({report['workers']} worker(s); with several, summed with uvicorn's "
           f"supervisor and multiprocessing's helper): idle "
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
+
+
+def _cpu_per_message(result: dict[str, Any]) -> float:
+    """The service's CPU microseconds per message of a row."""
+    percent = result["service_cpu_percent"] or 0.0
+    return 1e6 * percent / 100 / max(result["messages_per_second"], 1e-9)
 
 
 def main(quick: bool, workers: int | None) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 - raw: the cycle written directly in SQL with asyncpg on the same database:
   the strongest baseline there is, no HTTP, no service.
 - rest: the same cycle through leaseq's REST API.
+- worker: the cycle as the workers run it, each acknowledgement riding on the
+  next receive (`POST .../receive` with `delete`): two requests a message.
 - floor: the service's cheapest route (GET /healthz, no database) at the same
   concurrency: the most requests/s its HTTP stack serves here, and so a ceiling
   for a cycle that takes three requests a message.
@@ -136,6 +138,36 @@ async def _rest_client(port: int, queue: str, batch: int, until: float, share: S
         http.close()
 
 
+async def _worker_client(port: int, queue: str, batch: int, until: float, share: Share,
+                         headers: dict[str, str] | None = None) -> None:
+    http = await Http.open(port, headers)
+    base = f"/v1/queues/{queue}"
+    held: list[dict[str, Any]] = []  # claimed last round, acknowledged by the next receive
+    try:
+        while True:
+            last = time.monotonic() >= until
+            if not last:
+                _, sent = await http.request(
+                    "POST", f"{base}/messages", {"messages": [{"body": "x"}] * batch}
+                )
+                share.sent.extend(r["message_id"] for r in sent["results"])
+            start = time.perf_counter()
+            _, got = await http.request("POST", f"{base}/receive", {
+                "max": batch, "visibility_timeout": 600, "wait": 0,
+                "delete": [m["receipt_handle"] for m in held],
+            })
+            share.claim_seconds.append(time.perf_counter() - start)
+            share.deleted.extend(
+                m["message_id"] for m, r in zip(held, got["deleted"], strict=True) if r["ok"]
+            )
+            held = got["messages"]
+            share.claimed.extend(m["message_id"] for m in held)
+            if last:  # what this last receive took stays in the queue, leased: not lost
+                return
+    finally:
+        http.close()
+
+
 async def _floor_client(port: int, until: float, share: Share) -> None:
     http = await Http.open(port)
     try:
@@ -158,6 +190,9 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
             runs = [_raw_client(target, queue, batch, until, share) for _ in range(clients)]
         elif kind == "floor":
             runs = [_floor_client(target, until, share) for _ in range(clients)]
+        elif kind == "worker":
+            runs = [_worker_client(target, queue, batch, until, share, headers)
+                    for _ in range(clients)]
         else:
             runs = [_rest_client(target, queue, batch, until, share, headers)
                     for _ in range(clients)]

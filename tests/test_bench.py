@@ -30,8 +30,11 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
         "cycle", "raw", "msg/s", "rest", "msg/s", "rest/raw", "lost", "dup", "claim", "p99",
         "delete", "p99", "gen", "CPU", "svc", "CPU",
     ]
-    rows = lines[header + 1 : header + 5]
-    assert [row.split(",")[0] for row in rows] == ["single", "single", "batch 10", "batch 10"]
+    rows = lines[header + 1 : header + 7]
+    assert [row.split(",")[0] for row in rows] == ["single"] * 2 + ["batch 10"] * 2 + [
+        "single", "batch 10"]
+    assert all("acks ride" in row for row in rows[4:])
+    assert any(line.startswith("  service CPU per message: single x1") for line in lines)
     assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
     assert any(line.startswith("send -> receive through a long poll") for line in lines)
     assert any(line.startswith("HTTP floor: GET /healthz") for line in lines)
@@ -44,6 +47,9 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
             assert row[side]["messages_per_second"] > 0
             assert row[side]["lost"] == 0
         assert row["ratio"] > 0
+        if row["rest"]["clients"] == 16:  # the workers' cycle, acknowledgements riding
+            assert row["worker"]["messages_per_second"] > 0 and row["worker"]["lost"] == 0
+            assert row["worker"]["duplicated"] == 0
     (beats,) = report["heartbeats"]
     assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
     assert report["long_poll"]["n"] == 100

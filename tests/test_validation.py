@@ -798,7 +798,7 @@ async def test_unknown_routes_and_wrong_methods(client: httpx.AsyncClient) -> No
     for method, path, allowed in (
         ("PUT", "/v1/queues", {"GET", "POST"}),
         ("DELETE", "/v1/queues", {"GET", "POST"}),
-        ("POST", "/v1/queues/routes/receive", {"GET"}),
+        ("PUT", "/v1/queues/routes/receive", {"GET", "POST"}),
         ("GET", "/v1/queues/routes/purge", {"POST"}),
         ("GET", "/v1/queues/routes/messages/h/visibility", {"PATCH"}),
         ("POST", "/healthz", {"GET"}),
@@ -827,6 +827,7 @@ ENDPOINTS = [
     ("POST", "/v1/queues/{queue}/purge"),
     ("POST", "/v1/queues/{queue}/messages"),
     ("GET", "/v1/queues/{queue}/receive"),
+    ("POST", "/v1/queues/{queue}/receive"),
     ("PATCH", "/v1/queues/{queue}/messages/{receipt_handle}/visibility"),
     ("DELETE", "/v1/queues/{queue}/messages/{receipt_handle}"),
     ("PUT", "/v1/queues/{queue}/messages/{receipt_handle}/checkpoint"),
@@ -925,6 +926,12 @@ def _plausible_body(rng: random.Random, template: str, handle: str) -> bytes:
         "/v1/queues/{queue}/messages/visibility": lambda: {"entries": [
             {"receipt_handle": handle, "timeout": value()}]},
         "/v1/queues/{queue}/messages/delete": lambda: {"receipt_handles": [handle, text()]},
+        # `wait` never valid and above 0: a fuzz case must not park for 20 s.
+        "/v1/queues/{queue}/receive": lambda: {
+            "max": value(), "wait": rng.choice([0, -1, 21, "x"]),
+            rng.choice(["delete", "extend"]): rng.choice([
+                [handle, text()], [{"receipt_handle": handle, "timeout": value()}]]),
+        },
         "/v1/queues/{queue}/messages/{receipt_handle}/release": lambda: {"delay": value()},
         "/v1/queues/{queue}/redrive": lambda: {
             rng.choice(["destination", "max_per_second"]): rng.choice([value(), text()])},

@@ -137,7 +137,8 @@ def test_the_public_surface() -> None:
     assert sorted(leaseq.__all__) == sorted(
         name for name in dir(leaseq) if not name.startswith("_")
         and name not in {
-            "backoff", "cli", "client", "context", "errors", "lease", "models", "worker",
+            "backoff", "batching", "cli", "client", "context", "errors", "lease", "models",
+            "worker",
         }
     )
 

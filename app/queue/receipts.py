@@ -74,7 +74,9 @@ class ReceiptSigner:
 
     @staticmethod
     def _tag(key: bytes, payload: bytes) -> bytes:
-        return hmac.new(key, payload, hashlib.sha256).digest()[:_TAG_BYTES]
+        # hmac.digest is OpenSSL's one-shot HMAC: measured 3.3 us a tag against
+        # 4.4 us for an hmac.new object (docs/performance.md).
+        return hmac.digest(key, payload, "sha256")[:_TAG_BYTES]
 
     def _loaded(self) -> None:
         if not self._keys:

@@ -6,6 +6,7 @@ See docs/workers.md.
 """
 
 from leaseq.backoff import Backoff
+from leaseq.batching import SendBatcher
 from leaseq.client import AsyncClient, Client, default_url
 from leaseq.context import AsyncContext, Context
 from leaseq.errors import (
@@ -72,6 +73,7 @@ __all__ = [
     "Released",
     "RequestTooLarge",
     "RetryBackoff",
+    "SendBatcher",
     "Sent",
     "ServiceUnavailable",
     "Settled",

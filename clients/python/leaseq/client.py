@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import httpx
 
+from leaseq.batching import SendBatcher
 from leaseq.errors import ApiError, Unreachable, api_error
 from leaseq.models import (
     Lease,
@@ -589,6 +590,14 @@ class AsyncClient(_Base):
     ) -> list[Sent | ApiError]:
         """One result per entry, in order: a `Sent`, or the entry's error (not raised)."""
         return await self._run(_calls.send_batch(queue, messages))
+
+    def batcher(
+        self, *, max_wait: float = 0.005, max_batch: int = 10
+    ) -> SendBatcher:
+        """Send buffering (opt-in): `await batcher.send(queue, body)` is coalesced
+        with the sends around it into batch requests, each waiting at most
+        `max_wait` seconds. Close it (`async with`) to send what is left."""
+        return SendBatcher(self, max_wait=max_wait, max_batch=max_batch)
 
     async def receive(
         self, queue: str, *, max: int = 1, visibility_timeout: int | None = None,
