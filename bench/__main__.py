@@ -95,6 +95,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                    "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)}
             if n == max(clients):
                 # The workers' cycle: each acknowledgement rides on the next receive.
+                _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
                 worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
                                    seconds=seconds, processes=processes,
                                    remaining=remaining_rest, service_cpu=service_cpu)

@@ -65,3 +65,14 @@ async def test_closing_sends_what_is_buffered(api: AsyncClient) -> None:
     await wait_until(lambda: batcher.buffered == 1)  # its timer a minute away
     await batcher.close()
     assert isinstance(await asyncio.wait_for(waiting, 10), Sent)
+
+
+async def test_a_send_whose_caller_stopped_waiting_is_not_sent(api: AsyncClient) -> None:
+    await api.create_queue("cancelled")
+    async with api.batcher(max_wait=0.2) as batcher:
+        gone = asyncio.create_task(batcher.send("cancelled", "never"))
+        await wait_until(lambda: batcher.buffered == 1)
+        gone.cancel()
+        kept = await batcher.send("cancelled", "kept")
+    assert isinstance(kept, Sent) and batcher.requests == 1 and batcher.sent == 1
+    assert [m.body for m in await api.receive("cancelled", max=10)] == ["kept"]

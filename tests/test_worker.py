@@ -663,6 +663,38 @@ async def test_a_busy_worker_s_acknowledgements_ride_on_its_receives(
     assert (await api.get_queue("ride")).stats.visible == 0
 
 
+async def test_more_finished_messages_than_a_batch_holds_are_acknowledged(
+    serve_factory: Any,
+) -> None:
+    """Twenty-five handlers finishing at once queue more acknowledgements than one
+    request may carry (the service's default batch limit, 10): they go in several."""
+    url, _ = await serve_factory(max_batch=10)
+    async with AsyncClient(url) as api:
+        await _many_finish_at_once(api, url)
+
+
+async def _many_finish_at_once(api: AsyncClient, url: str) -> None:
+    await api.create_queue("many")
+    for start in range(0, 25, 10):
+        await api.send_batch("many", [f"m{i}" for i in range(start, min(start + 10, 25))])
+    started: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(message: Message, ctx: AsyncContext) -> None:
+        started.append(message.body)
+        await release.wait()
+
+    worker = Worker(handler, queue="many", url=url, wait=1, concurrency=25,
+                    visibility_timeout=60)
+    async with running(worker) as serving:
+        await wait_until(lambda: len(started) == 25)
+        release.set()
+        await wait_until(lambda: worker.stats.acknowledged == 25)
+        assert not serving.done()  # the worker goes on
+    assert worker.stats.ack_rejected == 0
+    assert (await api.get_queue("many")).stats.visible == 0
+
+
 async def test_the_lease_clock_starts_when_the_receive_is_sent(
     api: AsyncClient, url: str
 ) -> None:

@@ -15,6 +15,8 @@ const log = (/** @type {unknown[]} */ ...parts) =>
 // How long a finished message's acknowledgement waits for the next receive to
 // carry it before it is sent on its own (a receive waiting in a long poll takes none).
 const ACK_RIDE_MS = 50;
+// Most acknowledgements one request carries: the service's default batch limit.
+const ACK_BATCH = 10;
 
 // -- one claim's lease, on the monotonic clock --------------------------------------
 
@@ -231,40 +233,44 @@ export class Worker {
   }
 
   /**
-   * One request: the queued acknowledgements, then a receive that does not wait
-   * (their results would wait with it).
+   * One request: up to ACK_BATCH queued acknowledgements, then a receive that does
+   * not wait (their results would wait with it).
    * @param {number} max
    */
   async receiveCarryingAcks(max) {
-    const acks = this.acks.splice(0);
-    let settled;
+    const acks = this.acks.splice(0, ACK_BATCH);
     try {
-      settled = await this.client.receiveSettling(this.queue, {
+      const settled = await this.client.receiveSettling(this.queue, {
         delete: acks.map((a) => a.handle), max, visibilityTimeout: this.visibilityTimeout,
         wait: 0, signal: this.stopPolling.signal,
       });
+      acks.forEach((a, i) => a.resolve(settled.deleted[i]));
+      return settled.messages;
     } catch (err) {
-      for (const a of acks) a.reject(err);
-      if (err instanceof LeaseqError && err.status === 405) {
-        log('the service cannot carry acknowledgements on a receive; sending them on their own');
+      if (err instanceof LeaseqError && (err.status === 405 || err.status === 422)) {
+        // no such route (405), or a batch limit below ACK_BATCH (422)
+        log(`the service does not take acknowledgements on a receive (${err.code}); sending them on their own`);
         this.carryAcks = false;
         return [];
       }
       throw err;
+    } finally {
+      for (const a of acks) a.reject(new Error('the request carrying it failed')); // no-op once resolved
     }
-    acks.forEach((a, i) => a.resolve(settled.deleted[i]));
-    return settled.messages;
   }
 
-  /** The queued acknowledgements, as one batch of their own. */
+  /** The queued acknowledgements, in batches of their own. */
   async sendAcks() {
-    const acks = this.acks.splice(0);
-    if (acks.length === 0) return;
-    try {
-      const { results } = await this.client.deleteBatch(this.queue, acks.map((a) => a.handle));
-      acks.forEach((a, i) => a.resolve(results[i]));
-    } catch (err) {
-      for (const a of acks) a.reject(err);
+    while (this.acks.length > 0) {
+      const acks = this.acks.splice(0, ACK_BATCH);
+      try {
+        const { results } = await this.client.deleteBatch(this.queue, acks.map((a) => a.handle));
+        acks.forEach((a, i) => a.resolve(results[i]));
+      } catch {
+        // unknown whether applied: each is sent alone (acknowledgeAlone)
+      } finally {
+        for (const a of acks) a.reject(new Error('the request carrying it failed'));
+      }
     }
   }
 
@@ -276,9 +282,11 @@ export class Worker {
     let result;
     try {
       result = await new Promise((resolve, reject) => {
-        this.acks.push({ handle: job.message.receipt_handle, resolve, reject });
+        const entry = { handle: job.message.receipt_handle, resolve, reject };
+        this.acks.push(entry);
         this.slotFreed?.();
-        setTimeout(() => this.sendAcks(), ACK_RIDE_MS);
+        // Only if no receive has taken it meanwhile.
+        setTimeout(() => { if (this.acks.includes(entry)) this.sendAcks(); }, ACK_RIDE_MS);
       });
     } catch {
       result = null;

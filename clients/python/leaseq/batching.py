@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from leaseq.errors import ApiError
+from leaseq.errors import ApiError, ClientError
 from leaseq.models import OutgoingMessage, Sent
 
 if TYPE_CHECKING:
@@ -68,7 +68,9 @@ class SendBatcher:
     ) -> Sent:
         """As `AsyncClient.send`, in a batch with the sends around it."""
         message = OutgoingMessage(body, delay=delay, attributes=dict(attributes or {}))
-        size = len(body.encode()) + sum(len(k) + len(v) for k, v in message.attributes.items())
+        size = len(body.encode()) + sum(
+            len(k.encode()) + len(v.encode()) for k, v in message.attributes.items()
+        )
         pending = self._pending.get(queue)
         if pending is not None and pending.size + size > self._max_bytes:
             self._flush(queue)
@@ -98,17 +100,24 @@ class SendBatcher:
     async def _send(
         self, queue: str, entries: list[tuple[OutgoingMessage, asyncio.Future[Sent]]]
     ) -> None:
+        # A caller that stopped waiting (cancelled) while its message was
+        # buffered sends nothing, as a plain send cancelled before it went.
+        entries = [(message, sent) for message, sent in entries if not sent.done()]
+        if not entries:
+            return
         self.requests += 1
         try:
             results = await self._client.send_batch(queue, [message for message, _ in entries])
-        except BaseException as exc:  # the whole request failed: every caller hears it
+        except asyncio.CancelledError:
+            for _, sent in entries:
+                sent.cancel()
+            raise
+        except Exception as exc:  # the whole request failed: every caller hears it
             for _, sent in entries:
                 if not sent.done():
                     sent.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
             return
-        for (_, sent), result in zip(entries, results, strict=True):
+        for (_, sent), result in zip(entries, results, strict=False):
             if sent.done():
                 continue
             if isinstance(result, ApiError):
@@ -116,6 +125,9 @@ class SendBatcher:
             else:
                 self.sent += 1
                 sent.set_result(result)
+        for _, sent in entries[len(results):]:
+            if not sent.done():
+                sent.set_exception(ClientError("the service answered fewer results than sent"))
 
     async def close(self) -> None:
         """Sends what is buffered now and waits for every batch in flight."""

@@ -71,6 +71,8 @@ Handler = Callable[[Message, Any], Any]
 HeartbeatMode = Literal["auto", "task", "thread"]
 
 MAX_RECEIVE = 10
+ACK_BATCH = 10
+"""Most acknowledgements one request carries: the service's default batch limit."""
 ACK_RIDE_SECONDS = 0.05
 """How long a finished message's acknowledgement waits for the next receive to
 carry it (`POST .../receive` with `delete`) before it is sent on its own: a
@@ -235,6 +237,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot = asyncio.Event()
+        self._acks = []
+        self._carry_acks = True
         if self._early_stop is not None:
             self._request_stop(self._early_stop)
         if handle_signals:
@@ -385,47 +389,40 @@ class Worker:
                 self._start(message, sent_at)
 
     async def _receive_carrying_acks(self, count: int) -> list[Message]:
-        """One request: the queued acknowledgements, then a receive. It does not
-        wait for messages (their results would wait with it); an empty answer
-        sends the loop to its usual long poll."""
+        """One request: up to ACK_BATCH queued acknowledgements, then a receive.
+        It does not wait for messages (their results would wait with it); an
+        empty answer sends the loop to its usual long poll."""
         assert self._poller is not None
-        acks, self._acks = self._acks, []
+        acks, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
         try:
             settled = await self._poller.receive_settling(
                 self.queue, delete=[handle for handle, _ in acks], max=count,
                 visibility_timeout=self.visibility_timeout, wait=0,
             )
+            _resolve(acks, settled.deleted)
         except BaseException as exc:
-            for _, result in acks:
-                if not result.done():
-                    result.set_exception(_AckUnknown(repr(exc)))
-            if isinstance(exc, ApiError) and exc.status == 405:
-                log.info("the service cannot carry acknowledgements on a receive; "
-                         "sending them on their own")
+            _unknown(acks, exc)
+            if isinstance(exc, ApiError) and exc.status in (405, 422):
+                # A service without the route (405), or one whose batch limit is
+                # below ACK_BATCH (422): acknowledgements go on their own.
+                log.info("the service does not take acknowledgements on a receive (%s); "
+                         "sending them on their own", exc.code)
                 self._carry_acks = False
                 return []
             raise
-        for (_, result), deleted in zip(acks, settled.deleted, strict=True):
-            if not result.done():
-                result.set_result(deleted)
         return settled.messages
 
     async def _send_acks(self) -> None:
-        """The queued acknowledgements, as one batch of their own."""
+        """The queued acknowledgements, in batches of their own."""
         assert self._control is not None
-        acks, self._acks = self._acks, []
-        if not acks:
-            return
-        try:
-            results = await self._control.delete_batch(self.queue, [h for h, _ in acks])
-        except BaseException as exc:
-            for _, result in acks:
-                if not result.done():
-                    result.set_exception(_AckUnknown(repr(exc)))
-            raise
-        for (_, result), deleted in zip(acks, results, strict=True):
-            if not result.done():
-                result.set_result(deleted)
+        while self._acks:
+            acks, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
+            try:
+                results = await self._control.delete_batch(self.queue, [h for h, _ in acks])
+                _resolve(acks, results)
+            except BaseException as exc:
+                _unknown(acks, exc)
+                raise
 
     def _start(self, message: Message, sent_at: float) -> None:
         self.stats.received += 1
@@ -559,7 +556,7 @@ class Worker:
                     await self._send_acks()  # ours too, unless a receive took it
                 outcome = await result
         except _AckUnknown:
-            await self._acknowledge_alone(job)
+            await self._acknowledge_alone(job, unconfirmed=True)
             return
         if isinstance(outcome, LeaseLost):
             self._ack_rejected(job)
@@ -569,26 +566,31 @@ class Worker:
         else:
             self._acknowledged(job)
 
-    def _ack_rejected(self, job: _Job) -> None:
-        # The lease ran out and another receive claimed the message while the
-        # handler finished: its work will be redone there.
+    def _ack_rejected(self, job: _Job, *, unconfirmed: bool = False) -> None:
         self._record(job, Outcome.ACK_REJECTED)
         self.stats.ack_rejected += 1
-        log.warning("%s: acknowledgement rejected (lease lost)", job)
+        if unconfirmed:
+            # The request that carried it failed: it may have been applied then.
+            log.warning("%s: acknowledgement unconfirmed (the request carrying it failed, "
+                        "and the claim is gone now: applied then, or the lease lapsed)", job)
+        else:
+            # The lease ran out and another receive claimed the message while
+            # the handler finished: its work will be redone there.
+            log.warning("%s: acknowledgement rejected (lease lost)", job)
 
     def _acknowledged(self, job: _Job) -> None:
         self._record(job, Outcome.ACKNOWLEDGED)
         self.stats.acknowledged += 1
         log.info("%s acknowledged", job)
 
-    async def _acknowledge_alone(self, job: _Job) -> None:
+    async def _acknowledge_alone(self, job: _Job, *, unconfirmed: bool = False) -> None:
         assert self._control is not None
         attempt = 0
         while True:
             try:
                 await self._control.delete(self.queue, job.message.receipt_handle)
             except LeaseLost:
-                self._ack_rejected(job)
+                self._ack_rejected(job, unconfirmed=unconfirmed)
                 return
             except (Unreachable, ApiError) as exc:
                 transient = isinstance(exc, Unreachable) or exc.transient
@@ -620,6 +622,23 @@ class Worker:
 
     def _record(self, job: _Job, outcome: Outcome) -> None:
         self.stats.recent.append((job.message.message_id, job.message.fencing_token, outcome))
+
+
+Ack = tuple[str, "asyncio.Future[ApiError | None]"]
+
+
+def _resolve(acks: list[Ack], results: list[ApiError | None]) -> None:
+    """Each acknowledgement's own result, in order (a short answer: unknown)."""
+    for (_, result), deleted in zip(acks, results, strict=False):
+        if not result.done():
+            result.set_result(deleted)
+    _unknown(acks, ValueError("the service answered fewer results than acknowledgements"))
+
+
+def _unknown(acks: list[Ack], exc: BaseException) -> None:
+    for _, result in acks:
+        if not result.done():
+            result.set_exception(_AckUnknown(repr(exc)))
 
 
 def _seconds(value: float) -> str:
