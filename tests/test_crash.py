@@ -231,7 +231,9 @@ def test_clean_stop_exits_0_and_stops_postgres(
 
     poller = threading.Thread(target=long_poll, daemon=True)
     poller.start()
-    time.sleep(0.3)  # give the request time to reach the service and park
+    with first.client() as client:
+        wait_until(lambda: _waiting_receivers(client) == 1, timeout=10,
+                   what="the long poll to park")
 
     started = time.monotonic()
     code = first.stop(first_signal, timeout=15)
@@ -284,3 +286,11 @@ def test_second_service_on_same_data_dir_fails_fast_and_leaves_first_alone(
         assert [m["body"] for m in received.json()["messages"]] == ["after"]
     assert first.stop() == 0, first.log()
     assert not postgres_processes(data_dir)
+
+
+def _waiting_receivers(client: httpx.Client) -> int:
+    """The parked long polls of the service, as its /metrics says."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("leaseq_waiting_receivers "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no leaseq_waiting_receivers in /metrics")
