@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import asyncpg
@@ -71,12 +71,7 @@ class Session:
         self._driver = driver
 
     async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
-        try:
-            rows: list[Row] = await self._driver.fetch(
-                query.sql, *[params[name] for name in query.params]
-            )
-        except asyncpg.PostgresError as exc:
-            raise _refused(query, exc) from exc
+        rows: list[Row] = await self._run(self._driver.fetch, query, params)
         return rows
 
     async def fetchrow(
@@ -91,14 +86,18 @@ class Session:
 
     async def execute(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> int:
         """Runs a statement for its effect; the number of rows it touched."""
-        try:
-            status: str = await self._driver.execute(
-                query.sql, *[params[name] for name in query.params]
-            )
-        except asyncpg.PostgresError as exc:
-            raise _refused(query, exc) from exc
+        status: str = await self._run(self._driver.execute, query, params)
         count = status.rpartition(" ")[2]
         return int(count) if count.isdigit() else 0
+
+    @staticmethod
+    async def _run(
+        method: Callable[..., Awaitable[Any]], query: Query, params: Mapping[str, Any]
+    ) -> Any:
+        try:
+            return await method(query.sql, *[params[name] for name in query.params])
+        except asyncpg.PostgresError as exc:
+            raise _refused(query, exc) from exc
 
 
 def _refused(query: Query, exc: asyncpg.PostgresError) -> Exception:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from app.db.connector import Connector, Row
+from app.db.connector import Connector, Row, Session
 from app.db.queries import Query
 from app.queue.coalesce import Coalescer
 
@@ -114,10 +114,18 @@ class GroupCommit:
     async def _statement(
         self, grouped: Grouped[K, T, R], key: K, groups: list[list[T]]
     ) -> list[R]:
-        flat = [item for group in groups for item in group]
         async with self._db.session() as session:
-            rows = await session.fetch(grouped.query, grouped.params(key, flat))
-            after = None if grouped.then is None else grouped.then(key, rows)
-            if after is not None:
-                await session.fetch(*after)
-        return grouped.share(rows, groups)
+            return await run_in(session, grouped, key, groups)
+
+
+async def run_in(
+    session: Session, grouped: Grouped[K, T, R], key: K, groups: list[list[T]]
+) -> list[R]:
+    """The statement (and its follow-up) for `groups` in `session`: what a group
+    runs, and what a caller holding a connection of its own runs for itself."""
+    flat = [item for group in groups for item in group]
+    rows = await session.fetch(grouped.query, grouped.params(key, flat))
+    after = None if grouped.then is None else grouped.then(key, rows)
+    if after is not None:
+        await session.fetch(*after)
+    return grouped.share(rows, groups)

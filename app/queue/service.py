@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.config import Settings
@@ -28,7 +28,7 @@ from app.errors import (
 )
 from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
-from app.queue.group_commit import GroupCommit, Statement
+from app.queue.group_commit import GroupCommit, Statement, run_in
 from app.queue.grouped import Change, Handle, Outgoing
 from app.queue.models import (
     EntryError,
@@ -135,11 +135,14 @@ class QueueService:
         except Exception:
             _log.warning("could not give back an abandoned claim", exc_info=True)
 
-    def _notify_here(self, notice: Ready | None) -> None:
+    def _notify_here(self, notice: Callable[[], Ready | None]) -> None:
         # The committed NOTIFY reaches this process's listener too; only while
-        # that is down must the local receivers be told directly.
-        if notice is not None and not self._hub.listening:
-            self._hub.announce(notice)
+        # that is down must the local receivers be told directly (and only then
+        # is the notice worked out: this runs for every send and heartbeat).
+        if not self._hub.listening:
+            told = notice()
+            if told is not None:
+                self._hub.announce(told)
 
     # -- messages -----------------------------------------------------------
 
@@ -191,7 +194,7 @@ class QueueService:
             rows = await self.group.run(
                 grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
             )
-            self._notify_here(grouped.send_notice(queue.id, rows))
+            self._notify_here(lambda: grouped.send_notice(queue.id, rows))
             for index, row in zip(accepted, rows, strict=True):
                 results[index] = SentMessage(
                     message_id=str(row["message_id"]), sent_at=row["sent_at"]
@@ -221,15 +224,11 @@ class QueueService:
                     raise
                 taken.extend(share.rows)
             else:
-                rows = await session.fetch(
-                    Q.claim_messages, grouped.claim_params(queue, visibility_timeout, wanted)
+                # The grouped claim's statement and dead-letter notice, in this
+                # receive's own connection (a long poll's look).
+                (share,) = await run_in(
+                    session, grouped.CLAIM, (queue, visibility_timeout), [[wanted]]
                 )
-                (share,) = grouped.CLAIM.share(rows, [[wanted]])
-                notice = grouped.dead_letter_notice(queue, share.dead)
-                if notice is not None:
-                    # Delivered on commit; while the listener is down, the dead-letter
-                    # queue's receivers find them on their once-a-second look.
-                    await session.fetch(*notice)
             received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
             if share.dead == 0 or len(received) >= count:
                 break
@@ -346,7 +345,7 @@ class QueueService:
                 "Visibility changes are using all the database connections they may "
                 "have; retry shortly.",
             ) from None
-        self._notify_here(grouped.visibility_notice(queue_id, list(changed.values())))
+        self._notify_here(lambda: grouped.visibility_notice(queue_id, list(changed.values())))
         return changed
 
     async def release(self, name: str, handle: str, delay: int | None = None) -> Released:
@@ -371,7 +370,7 @@ class QueueService:
             waited = max(float(row["delay"]), 0.0)
             notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
             await session.fetch(*grouped.notify(notice))
-        self._notify_here(notice)
+        self._notify_here(lambda: notice)
         return Released(delay_seconds=waited, visible_at=row["visible_at"])
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:

@@ -50,6 +50,7 @@ from typing import Any, Literal
 import httpx
 
 from leaseq.backoff import Backoff
+from leaseq.batching import MAX_BATCH
 from leaseq.client import AsyncClient, default_url
 from leaseq.context import AsyncContext, Context
 from leaseq.errors import (
@@ -71,7 +72,7 @@ Handler = Callable[[Message, Any], Any]
 HeartbeatMode = Literal["auto", "task", "thread"]
 
 MAX_RECEIVE = 10
-ACK_BATCH = 10
+ACK_BATCH = MAX_BATCH
 """Most acknowledgements one request carries: the service's default batch limit."""
 ACK_RIDE_SECONDS = 0.05
 """How long a finished message's acknowledgement waits for the next receive to
