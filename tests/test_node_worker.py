@@ -124,8 +124,9 @@ async def test_the_node_worker_heartbeats_checkpoints_and_acknowledges(
     assert [(e["receive_count"], e["detail"]["start"]) for e in flaky_starts] == [(1, 0), (2, 3)]
     finished = worker.events("finished")
     assert sorted(e["message_id"] for e in finished) == sorted([long.message_id, flaky.message_id])
-    for event in finished:
-        assert worker.said(rf"\(fencing {event['fencing']}\) acknowledged$")
+    for event in finished:  # logged once the service answered, just after the queue emptied
+        pattern = rf"\(fencing {event['fencing']}\) acknowledged$"
+        await wait_until(lambda pattern=pattern: worker.said(pattern), seconds=5)
     assert worker.said(r"released, visible again in 0s")
     assert await worker.stop() == 0, worker.log()
 
