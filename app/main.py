@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import problems
+from app.api.lean import LeanApp
 from app.api.routes import health, keys, messages, queues, redrive
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
@@ -205,7 +206,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await keys.close()
             await engine.dispose()
 
-    app = FastAPI(
+    app = LeanApp(
         title="leaseq",
         version=__version__,
         summary="A durable lease-based message queue on PostgreSQL with SQS semantics.",
@@ -224,6 +225,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first.
     app.include_router(messages.router)
+    app.serve_lean(messages.router.routes, prefix="/v1/queues/")
     app.include_router(queues.router)
     app.include_router(redrive.router)
     app.include_router(keys.router)

@@ -67,6 +67,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                processes: int) -> list[dict[str, Any]]:
     rows = []
     service_cpu = _service_cpu(service)
+    database_cpu = service.database_cpu_seconds
     for batch in (1, 10):
         for n in clients:
             name = f"cycle-{batch}-{n}"
@@ -78,12 +79,12 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 url, "SELECT id::text FROM messages WHERE queue_id = $1", q)
             raw = cycle.run("raw", url, queue_id, clients=n, batch=batch, seconds=seconds,
                             processes=processes, remaining=remaining_raw,
-                            service_cpu=service_cpu)
+                            service_cpu=service_cpu, database_cpu=database_cpu)
             _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
             grouped = _grouping(service.port)
             rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
                              seconds=seconds, processes=processes, remaining=remaining_rest,
-                             service_cpu=service_cpu)
+                             service_cpu=service_cpu, database_cpu=database_cpu)
             after = _grouping(service.port)
             rest_row = rest.as_dict()
             # Requests per statement (group commit); /metrics is one worker's only.
@@ -98,7 +99,8 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
                 worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
                                    seconds=seconds, processes=processes,
-                                   remaining=remaining_rest, service_cpu=service_cpu)
+                                   remaining=remaining_rest, service_cpu=service_cpu,
+                                   database_cpu=database_cpu)
                 row["worker"] = worker.as_dict()
                 row["worker_ratio"] = (
                     worker.messages_per_second / max(raw.messages_per_second, 1e-9))
@@ -198,6 +200,11 @@ def print_table(report: dict[str, Any]) -> None:
         f"{_cpu_per_message(row['rest']):.0f} us"
         + (f" ({_cpu_per_message(row['worker']):.0f} us acks ride)" if "worker" in row else "")
         for row in report["cycle"]))
+    print("  CPU per message at 16 clients, service + database + generators (us): " + "; ".join(
+        f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} "
+        + ", ".join(f"{kind} {_split(row[kind])}" for kind in ("raw", "rest", "worker")
+                    if kind in row)
+        for row in report["cycle"] if row["rest"]["clients"] == 16))
     for row in report["cycle"]:
         grouping = row["rest"].get("requests_per_statement")
         if grouping and row["rest"]["clients"] == 16:
@@ -230,10 +237,19 @@ def print_table(report: dict[str, Any]) -> None:
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
 
 
+def _split(result: dict[str, Any]) -> str:
+    """A row's CPU per message: the service's, PostgreSQL's, the generators'."""
+    rate = max(result["messages_per_second"], 1e-9)
+    parts = [result.get(f"{who}_cpu_percent") or 0.0
+             for who in ("service", "database", "generator")]
+    return " + ".join(f"{1e4 * percent / rate:.0f}" for percent in parts)
+
+
 def _cpu_per_message(result: dict[str, Any]) -> float:
     """The service's CPU microseconds per message of a row."""
-    percent = result["service_cpu_percent"] or 0.0
-    return 1e6 * percent / 100 / max(result["messages_per_second"], 1e-9)
+    percent: float = result["service_cpu_percent"] or 0.0
+    rate: float = result["messages_per_second"]
+    return 1e6 * percent / 100 / max(rate, 1e-9)
 
 
 def main(quick: bool, workers: int | None) -> dict[str, Any]:

@@ -64,6 +64,23 @@ class Service:
                 total += times.user + times.system
         return total
 
+    def database_cpu_seconds(self) -> float:
+        """CPU seconds of the PostgreSQL serving the bench: the embedded one the
+        service started, else every `postgres` process of this machine (the
+        server DATABASE_URL names, with whatever else it serves)."""
+        ours = {proc.pid for proc in self.processes()}
+        found = [child for child in self.process.children(recursive=True)
+                 if child.pid not in ours]
+        if not found:
+            found = [proc for proc in psutil.process_iter(["name"])
+                     if proc.info["name"] in ("postgres", "postmaster")]
+        total = 0.0
+        for proc in found:
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
     def rss_bytes(self, *, peak: bool = False) -> int:
         """Resident memory of the service's processes, summed: now, or the most
         each has held since it started (VmHWM)."""

@@ -216,24 +216,26 @@ class Result:
     delete_p99_ms: float
     generator_cpu_percent: float
     service_cpu_percent: float | None = None
+    database_cpu_percent: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds: float,
-        processes: int, remaining: Any, service_cpu: Any = None,
+        processes: int, remaining: Any, service_cpu: Any = None, database_cpu: Any = None,
         headers: dict[str, str] | None = None) -> Result:
     """Runs the cycle with `clients` spread over `processes` generator processes.
 
     `remaining()` returns the ids still in the queue afterwards (the cycle's
     last sends may be unclaimed: not lost); `service_cpu()` the service's CPU
-    seconds so far, if there is a service; `headers` go with every REST request
-    (an API key's Authorization).
+    seconds so far, if there is a service, and `database_cpu()` PostgreSQL's;
+    `headers` go with every REST request (an API key's Authorization).
     """
     processes = max(1, min(processes, clients))
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     cpu_before = service_cpu() if service_cpu else None
+    database_before = database_cpu() if database_cpu else None
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
         futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds, headers)
@@ -249,6 +251,9 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
     service_percent = None
     if service_cpu and cpu_before is not None:
         service_percent = 100 * (service_cpu() - cpu_before) / wall
+    database_percent = None
+    if database_cpu and database_before is not None:
+        database_percent = 100 * (database_cpu() - database_before) / wall
     return Result(
         kind=kind, clients=clients, batch=batch, seconds=seconds,
         messages_per_second=len(set(deleted)) / seconds,
@@ -257,6 +262,7 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
         delete_p99_ms=percentile([t for s in shares for t in s.delete_seconds], 99) * 1000,
         generator_cpu_percent=100 * sum(s.cpu_seconds for s in shares) / wall,
         service_cpu_percent=service_percent,
+        database_cpu_percent=database_percent,
     )
 
 

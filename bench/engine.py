@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from app.config import Settings
 from app.db.embedded import EmbeddedPostgres
 from app.db.migrate import upgrade
@@ -31,7 +33,7 @@ async def measure(url: str, rounds: int, passes: int) -> None:
     await asyncio.to_thread(upgrade, url)
     settings = Settings(
         database_url=url, data_dir=Path(tempfile.mkdtemp(prefix="leaseq-bench-")),
-        secret="bench-secret-0123456789abcdef", retention_sweep_seconds=3600,
+        secret=SecretStr("bench-secret-0123456789abcdef"), retention_sweep_seconds=3600,
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):

@@ -13,7 +13,6 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.bounded_json import TooManyValues
 from app.auth.guard import BODY_METHODS, is_sqs_door
 from app.errors import (
     DatabaseUnavailable,
@@ -127,6 +126,14 @@ def entry_error(exc: Exception) -> dict[str, Any]:
     return {"ok": False, "status": status, "code": code, "detail": str(exc)}
 
 
+def invalid(errors: list[dict[str, Any]]) -> JSONResponse:
+    """422 for a request its parameters' or body's models refuse."""
+    detail = "invalid request"
+    if errors:
+        detail = f"{'.'.join(errors[0]['loc'])}: {errors[0]['msg']}"
+    return problem(422, "validation_error", detail, errors=errors)
+
+
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     # Only plain fields: `input` may echo a huge body and `ctx` may hold objects
     # that are not JSON.
@@ -144,16 +151,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = _validation_errors(exc)
-        detail = "invalid request"
-        if errors:
-            detail = f"{'.'.join(errors[0]['loc'])}: {errors[0]['msg']}"
-        return problem(422, "validation_error", detail, errors=errors)
+        return invalid(_validation_errors(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and isinstance(exc.__cause__, TooManyValues):
-            return problem(422, "validation_error", str(exc.__cause__))
         if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
             # FastAPI answers only json.JSONDecodeError with 422; JSON it cannot
             # decode for other reasons (nested deeper than the recursion limit,

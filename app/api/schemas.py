@@ -337,6 +337,21 @@ class DeleteBatchIn(_Strict):
     receipt_handles: list[str] = Field(min_length=1, max_length=limits.MAX_BATCH)
 
 
+class ReceiveQuery(BaseModel):
+    """`GET …/receive`'s query parameters (others are ignored)."""
+
+    max: int = Field(default=1, ge=limits.RECEIVE_MAX[0], le=limits.RECEIVE_MAX[1],
+                     description="At most this many messages.")
+    visibility_timeout: int | None = Field(
+        default=None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
+        description="The lease, in seconds; default the queue's visibility_timeout.",
+    )
+    wait: int | None = Field(
+        default=None, ge=limits.RECEIVE_WAIT[0], le=limits.RECEIVE_WAIT[1],
+        description="Seconds to wait for a message; default the queue's receive_wait.",
+    )
+
+
 class ReceiveIn(_Strict):
     """A receive that first acknowledges and extends what the worker holds: a
     worker's steady state is one request per iteration."""

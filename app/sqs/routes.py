@@ -96,7 +96,7 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
             principal=principal,
             need=SCOPES[action],
         )
-        async with client_gone(request) as gone:
+        async with client_gone(request.receive) as gone:
             ctx.gone = gone
             result = await handler(ctx, params)
     except (SqsError, LeaseqError) as exc:

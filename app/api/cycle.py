@@ -1,0 +1,193 @@
+"""The message cycle's handlers: send, receive (and receive-and-settle),
+visibility, release, checkpoint, delete. Each is the one implementation of a
+route declared in app/api/routes/messages.py, served by app/api/lean.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_core import to_json
+
+from app.api.deps import check_batch
+from app.api.lean import Answer, AnswerOf, BodyOf, Call, QueryOf
+from app.api.problems import entry_error
+from app.api.schemas import (
+    BatchResults,
+    CheckpointIn,
+    DeleteBatchIn,
+    LeaseOut,
+    MessageBatchIn,
+    ReceiveIn,
+    ReceiveQuery,
+    ReleasedOut,
+    ReleaseIn,
+    SendIn,
+    SentOut,
+    VisibilityBatchIn,
+    VisibilityIn,
+)
+from app.asgi.disconnect import client_gone
+from app.queue.models import EntryError, Lease, OutgoingMessage, ReceivedMessage
+
+_send_body = BodyOf(SendIn, batch=True)
+_sent = AnswerOf(SentOut, status=201)
+_batch = AnswerOf(BatchResults)
+
+
+async def send(call: Call) -> Answer:
+    body = _send_body.decode(call)
+    batch = isinstance(body, MessageBatchIn)
+    entries = body.messages if batch else [body]
+    check_batch(len(entries), call.settings)
+    results = await call.service.send(
+        call.queue,
+        [
+            OutgoingMessage(
+                body=e.body, attributes=e.attributes, delay=e.delay, not_before=e.not_before
+            )
+            for e in entries
+        ],
+    )
+    if not batch:
+        (result,) = results
+        if isinstance(result, EntryError):
+            raise result.error
+        return _sent(SentOut(message_id=result.message_id, sent_at=result.sent_at))
+    return _batch(BatchResults.of([
+        entry_error(r.error) if isinstance(r, EntryError)
+        else {"ok": True, "message_id": r.message_id, "sent_at": r.sent_at}
+        for r in results
+    ]))
+
+
+_receive_query = QueryOf(ReceiveQuery)
+
+
+async def receive(call: Call) -> Answer:
+    query: ReceiveQuery = _receive_query.decode(call)
+    async with client_gone(call.receive) as gone:
+        received = await call.service.receive(
+            call.queue, max_messages=query.max, visibility_timeout=query.visibility_timeout,
+            wait=query.wait, gone=gone,
+        )
+    return Answer(200, to_json({"messages": [_received(m) for m in received]}))
+
+
+_receive_body = BodyOf(ReceiveIn, batch=True)
+
+
+async def receive_and_settle(call: Call) -> Answer:
+    body: ReceiveIn = _receive_body.decode(call)
+    check_batch(len(body.delete), call.settings)
+    check_batch(len(body.extend), call.settings)
+    deleted: list[dict[str, Any]] = []
+    extended: list[dict[str, Any]] = []
+    if body.delete or body.extend:
+        done, leases = await call.service.settle(
+            call.queue, body.delete, [(e.receipt_handle, e.timeout) for e in body.extend]
+        )
+        deleted, extended = _deleted(done), _extended(leases)
+    async with client_gone(call.receive) as gone:
+        received = await call.service.receive(
+            call.queue, max_messages=body.max, visibility_timeout=body.visibility_timeout,
+            wait=body.wait, gone=gone,
+        )
+    return Answer(200, to_json({
+        "messages": [_received(m) for m in received], "deleted": deleted, "extended": extended,
+    }))
+
+
+def _received(m: ReceivedMessage) -> dict[str, Any]:
+    # ReceivedOut's fields, in its order (app/api/schemas.py).
+    return {
+        "message_id": m.message_id, "body": m.body, "attributes": m.attributes,
+        "receipt_handle": m.receipt_handle, "receive_count": m.receive_count,
+        "fencing_token": m.fencing_token, "lease_seconds": m.visibility_timeout,
+        "lease_expires_at": m.lease_expires_at, "sent_at": m.sent_at,
+        "first_received_at": m.first_received_at, "checkpoint": m.checkpoint,
+    }
+
+
+def _deleted(results: list[EntryError | None]) -> list[dict[str, Any]]:
+    return [entry_error(r.error) if isinstance(r, EntryError) else {"ok": True} for r in results]
+
+
+def _extended(results: list[Lease | EntryError]) -> list[dict[str, Any]]:
+    return [
+        entry_error(r.error) if isinstance(r, EntryError) else {
+            "ok": True, "lease_seconds": r.visibility_timeout,
+            "lease_expires_at": r.lease_expires_at,
+        }
+        for r in results
+    ]
+
+
+_visibility_body = BodyOf(VisibilityIn)
+_lease = AnswerOf(LeaseOut)
+
+
+def _lease_or_raise(result: Lease | EntryError) -> Answer:
+    if isinstance(result, EntryError):
+        raise result.error
+    return _lease(LeaseOut.of(result))
+
+
+async def change_visibility(call: Call) -> Answer:
+    body: VisibilityIn = _visibility_body.decode(call)
+    (result,) = await call.service.change_visibility(
+        call.queue, [(call.params["receipt_handle"], body.timeout)]
+    )
+    return _lease_or_raise(result)
+
+
+_visibility_batch_body = BodyOf(VisibilityBatchIn, batch=True)
+
+
+async def change_visibility_batch(call: Call) -> Answer:
+    body: VisibilityBatchIn = _visibility_batch_body.decode(call)
+    check_batch(len(body.entries), call.settings)
+    results = await call.service.change_visibility(
+        call.queue, [(e.receipt_handle, e.timeout) for e in body.entries]
+    )
+    return _batch(BatchResults.of(_extended(results)))
+
+
+async def delete(call: Call) -> Answer:
+    (result,) = await call.service.delete(call.queue, [call.params["receipt_handle"]])
+    if isinstance(result, EntryError):
+        raise result.error
+    return Answer(204)
+
+
+_delete_batch_body = BodyOf(DeleteBatchIn, batch=True)
+
+
+async def delete_batch(call: Call) -> Answer:
+    body: DeleteBatchIn = _delete_batch_body.decode(call)
+    check_batch(len(body.receipt_handles), call.settings)
+    results = await call.service.delete(call.queue, body.receipt_handles)
+    return _batch(BatchResults.of(_deleted(results)))
+
+
+_release_body = BodyOf(ReleaseIn | None, optional=True)
+_released = AnswerOf(ReleasedOut)
+
+
+async def release(call: Call) -> Answer:
+    body: ReleaseIn | None = _release_body.decode(call)
+    released = await call.service.release(
+        call.queue, call.params["receipt_handle"], None if body is None else body.delay
+    )
+    return _released(ReleasedOut(delay_seconds=released.delay_seconds,
+                                  visible_at=released.visible_at))
+
+
+_checkpoint_body = BodyOf(CheckpointIn)
+
+
+async def checkpoint(call: Call) -> Answer:
+    body: CheckpointIn = _checkpoint_body.decode(call)
+    lease = await call.service.checkpoint(
+        call.queue, call.params["receipt_handle"], body.cursor, body.timeout
+    )
+    return _lease(LeaseOut.of(lease))
