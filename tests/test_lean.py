@@ -148,7 +148,7 @@ async def test_a_body_in_many_chunks_is_read_whole(client: httpx.AsyncClient) ->
 async def test_a_large_batch_body_is_bounded_while_parsed(app_factory: AppClient) -> None:
     client = await app_factory(max_batch=10)
     queue = await make_queue(client, "bounded")
-    # Over the size decoded in one pass: the bounded parser stops at the 45th value.
+    # More objects than a full batch holds: the bounded parser stops at the 45th value.
     flood = b'{"receipt_handles": [' + b",".join([b'{"h": 1}'] * 20_000) + b"]}"
     refused = await client.post(f"/v1/queues/{queue}/messages/delete", content=flood,
                                 headers=JSON)
@@ -158,3 +158,15 @@ async def test_a_large_batch_body_is_bounded_while_parsed(app_factory: AppClient
     big = [{"body": "m" * 10_000} for _ in range(10)]
     sent = await client.post(f"/v1/queues/{queue}/messages", json={"messages": big})
     assert sent.status_code == 200 and sent.json()["succeeded"] == 10
+
+
+async def test_braces_and_commas_inside_strings_still_decode(client: httpx.AsyncClient) -> None:
+    # Counted as if they were structure, they send the body down the bounded
+    # parser, which decodes it whole: a legal batch is accepted either way.
+    queue = await make_queue(client, "punctuated")
+    bodies = ["{" * 100 + "," * 500 + str(i) for i in range(10)]
+    sent = await client.post(f"/v1/queues/{queue}/messages",
+                             json={"messages": [{"body": b} for b in bodies]})
+    assert sent.status_code == 200 and sent.json()["succeeded"] == 10
+    got = await client.post(f"/v1/queues/{queue}/receive", json={"max": 10})
+    assert sorted(m["body"] for m in got.json()["messages"]) == sorted(bodies)

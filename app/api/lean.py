@@ -192,10 +192,21 @@ async def _read_body(receive: Receive) -> bytes | None:
 
 # -- decoding -----------------------------------------------------------------
 
-UNBOUNDED_BYTES = 64 * 1024
-"""A batch body up to this size is decoded by pydantic-core in one pass; a
-larger one by bounded_json first, which stops at the first value past a full
-batch (a few microseconds), so a flood of entries never gets decoded whole."""
+COMMAS_PER_ENTRY = 16
+"""Commas one batch entry may take outside its strings: its fields, attributes."""
+
+
+def _fits_one_pass(raw: bytes, max_batch: int) -> bool:
+    """Whether a batch body is decoded by pydantic-core in one pass: it cannot
+    hold more objects, nor more array elements, than a full batch may. Every
+    object needs a `{` and every element after an array's first a `,`, so
+    counting the bytes (strings included: it only errs towards the other
+    path) bounds them. pydantic-core checks a list's length only after it
+    has validated every entry; a flood goes to bounded_json instead, which
+    stops at the first value past a full batch."""
+    objects = bounded_json.VALUES_PER_ENTRY * max_batch + 4
+    return raw.count(b"{") <= objects and raw.count(b",") <= COMMAS_PER_ENTRY * max_batch + 16
+
 
 T = TypeVar("T")
 
@@ -215,8 +226,9 @@ class BodyOf:
                 return None
             raise Invalid([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
         try:
-            if self.batch and len(raw) > UNBOUNDED_BYTES:
-                return self.adapter.validate_python(_bounded(raw, call.settings.max_batch))
+            max_batch = call.settings.max_batch
+            if self.batch and not _fits_one_pass(raw, max_batch):
+                return self.adapter.validate_python(_bounded(raw, max_batch))
             return self.adapter.validate_json(raw)
         except ValidationError as exc:
             raise Invalid(_errors(exc, "body")) from None
