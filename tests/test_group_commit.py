@@ -101,7 +101,7 @@ async def test_a_lost_connection_is_not_retried_request_by_request() -> None:
 async def test_a_row_already_in_the_group_waits_for_the_next_statement() -> None:
     recorder = Recorder()
     coalescer: Coalescer[str, int, list[int]] = Coalescer(
-        recorder.run, limit=100, row=lambda item: item
+        recorder.run, limit=100, rows=lambda item: (item,)
     )
     results = await _pile_up(coalescer, recorder, [[0], [1], [2], [1, 3], [4]])
     assert results == [[0], [10], [20], [10, 30], [40]]

@@ -87,3 +87,77 @@ async def test_the_receive_s_own_parameters_and_limits_hold(client: httpx.AsyncC
         assert answer.json()["code"] == "validation_error"
     missing = await settle(client, "no-such-queue", delete=["h"])
     assert missing.status_code == 404 and missing.json()["code"] == "queue_not_found"
+
+
+def _statements(client: httpx.AsyncClient, line: str) -> int:
+    count: int = client.app.state.service.group.line(line).statements  # type: ignore[attr-defined]
+    return count
+
+
+async def test_a_short_poll_deletes_and_claims_in_one_statement(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    queue = await make_queue(client, "one-statement")
+    for body in ("a", "b", "c"):
+        await send(client, queue, body)
+    held = await receive(client, queue, max=2)
+    deletes, claims = _statements(client, "delete"), _statements(client, "claim")
+    answer = await settle(client, queue, delete=[m["receipt_handle"] for m in held] * 2,
+                          max=2, wait=0)
+    data = answer.json()
+    # a handle given twice: deleted once, the second entry finds the claim gone
+    assert [e.get("code") for e in data["deleted"]] == [None, None, "lease_lost", "lease_lost"]
+    assert [m["body"] for m in data["messages"]] == ["c"]
+    assert _statements(client, "delete") == deletes
+    assert _statements(client, "claim") == claims + 1
+    assert [r["body"] for r in await db.fetch("SELECT body FROM messages")] == ["c"]
+
+
+async def test_a_lapsed_lease_still_held_is_acknowledged_not_claimed_again(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    # Its lease ran out but nobody claimed it since: the handle still holds the
+    # claim, so it is deleted; the same statement must not also claim it.
+    queue = await make_queue(client, "lapsed")
+    await send(client, queue, "late")
+    (held,) = await receive(client, queue, visibility_timeout=30)
+    await db.execute("UPDATE messages SET visible_at = now() - interval '1 second'")
+    answer = await settle(client, queue, delete=[held["receipt_handle"]], max=10, wait=0)
+    data = answer.json()
+    assert data["deleted"] == [{"ok": True}] and data["messages"] == []
+    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+
+
+async def test_a_long_poll_settles_first_then_waits(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    queue = await make_queue(client, "settle-then-wait")
+    await send(client, queue, "only")
+    (held,) = await receive(client, queue)
+    deletes = _statements(client, "delete")
+    answer = await settle(client, queue, delete=[held["receipt_handle"]], wait=1)
+    assert answer.json()["deleted"] == [{"ok": True}] and answer.json()["messages"] == []
+    assert _statements(client, "delete") == deletes + 1  # its own statement, before waiting
+    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+
+
+async def test_acknowledgements_ride_with_a_dead_letter_claim(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await make_queue(client, "ride-dlq")
+    queue = await make_queue(client, "ride-src", dead_letter_queue="ride-dlq",
+                             max_receive_count=1)
+    await send(client, queue, "done")
+    await send(client, queue, "exhausted")
+    await send(client, queue, "fresh")
+    held = await receive(client, queue, max=2, visibility_timeout=30)
+    done = next(m for m in held if m["body"] == "done")
+    # "exhausted" lapses: the next claim moves it to the dead-letter queue
+    await db.execute("UPDATE messages SET visible_at = now() - interval '1 second' "
+                     "WHERE body = 'exhausted'")
+    answer = await settle(client, queue, delete=[done["receipt_handle"]], max=2, wait=0)
+    data = answer.json()
+    assert data["deleted"] == [{"ok": True}]
+    assert [m["body"] for m in data["messages"]] == ["fresh"]
+    moved = await receive(client, "ride-dlq")
+    assert [m["body"] for m in moved] == ["exhausted"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import asyncpg
@@ -36,15 +37,19 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
         queue_id,
     )
     await db.execute("ANALYZE messages")
-    sql, args = positional("claim_messages", {
-        "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
-        "dead_letter_queue_id": None, "max_receive_count": None,
-    })
-    async with db.transaction():
-        plan = await db.fetch(f"EXPLAIN {sql}", *args)
-    text = "\n".join(row[0] for row in plan)
-    assert "messages_claim" in text, text
-    assert "Seq Scan on messages" not in text, text
+    rows = [r["id"] for r in await db.fetch("SELECT id FROM messages LIMIT 10")]
+    # Alone, and carrying ten acknowledgements (deleted by primary key).
+    for ack_ids in ([], rows):
+        sql, args = positional("claim_messages", {
+            "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
+            "dead_letter_queue_id": None, "max_receive_count": None,
+            "ack_ids": ack_ids, "ack_tokens": [uuid.uuid4() for _ in ack_ids],
+        })
+        async with db.transaction():
+            plan = await db.fetch(f"EXPLAIN {sql}", *args)
+        text = "\n".join(row[0] for row in plan)
+        assert "messages_claim" in text, text
+        assert "Seq Scan on messages" not in text, text
 
 
 async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
@@ -56,7 +61,8 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'plans'")
     await db.execute("VACUUM ANALYZE messages")  # empty, as after a purge
     params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
-              "dead_letter_queue_id": None, "max_receive_count": None}
+              "dead_letter_queue_id": None, "max_receive_count": None,
+              "ack_ids": [], "ack_tokens": []}
     scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages'"
     connector: Connector = client.app.state.db  # type: ignore[attr-defined]
     async with connector.session() as session:  # a connection of the service's pool

@@ -80,20 +80,16 @@ async def receive_and_settle(call: Call) -> Answer:
     body: ReceiveIn = _receive_body.decode(call)
     check_batch(len(body.delete), call.settings)
     check_batch(len(body.extend), call.settings)
-    deleted: list[dict[str, Any]] = []
-    extended: list[dict[str, Any]] = []
-    if body.delete or body.extend:
-        done, leases = await call.service.settle(
-            call.queue, body.delete, [(e.receipt_handle, e.timeout) for e in body.extend]
-        )
-        deleted, extended = _deleted(done), _extended(leases)
     async with client_gone(call.receive) as gone:
-        received = await call.service.receive(
-            call.queue, max_messages=body.max, visibility_timeout=body.visibility_timeout,
+        settled = await call.service.settle_and_receive(
+            call.queue, body.delete, [(e.receipt_handle, e.timeout) for e in body.extend],
+            max_messages=body.max, visibility_timeout=body.visibility_timeout,
             wait=body.wait, gone=gone,
         )
     return Answer(200, to_json({
-        "messages": [_received(m) for m in received], "deleted": deleted, "extended": extended,
+        "messages": [_received(m) for m in settled.received],
+        "deleted": _deleted(settled.deleted),
+        "extended": _extended(settled.extended),
     }))
 
 

@@ -9,25 +9,48 @@ from collections.abc import AsyncIterator
 from starlette.types import Receive
 
 
-async def _watch(receive: Receive, gone: asyncio.Event) -> None:
-    # The request's body has been read, so the next ASGI message is the client
-    # going away (or nothing, until the response is sent).
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
+class ClientGone:
+    """Set when the client disconnects. The connection is watched only once
+    something waits on it: a request that never waits (a short poll, a send)
+    costs no watcher task."""
+
+    __slots__ = ("_event", "_receive", "_watcher")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._event = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> bool:
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch())
+        return await self._event.wait()
+
+    async def _watch(self) -> None:
+        # The request's body has been read, so the next ASGI message is the
+        # client going away (or nothing, until the response is sent).
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._event.set()
+                return
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
 
 
 @contextlib.asynccontextmanager
-async def client_gone(receive: Receive) -> AsyncIterator[asyncio.Event]:
-    """An event set when the client disconnects, for as long as the block runs;
+async def client_gone(receive: Receive) -> AsyncIterator[ClientGone]:
+    """Whether the client disconnected, for as long as the block runs;
     `receive` is the request's ASGI receive, once its body has been read."""
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch(receive, gone))
+    gone = ClientGone(receive)
     try:
         yield gone
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        await gone.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -53,8 +53,8 @@ class Coalescer(Generic[K, T, R]):
 
     `limit` caps a group's total weight (`weigh` of each request's items;
     their count by default) -- a request heavier than the limit still runs,
-    alone. `row` names the database row an item touches: a request touching a
-    row already in the group waits for the next statement, so one statement
+    alone. `rows` names the database rows an item touches: a request touching
+    a row already in the group waits for the next statement, so one statement
     never changes a row twice and concurrent requests on one row keep their
     order. `abandoned` gets the result of a request whose caller stopped
     waiting (cancelled) after its statement ran, to undo what it claimed.
@@ -66,13 +66,13 @@ class Coalescer(Generic[K, T, R]):
         *,
         limit: int,
         weigh: Callable[[list[T]], int] = len,
-        row: Callable[[T], Hashable] | None = None,
+        rows: Callable[[T], Iterable[Hashable]] | None = None,
         abandoned: Callable[[K, R], Awaitable[None]] | None = None,
     ) -> None:
         self._run = run
         self._limit = limit
         self._weigh = weigh
-        self._row = row
+        self._rows = rows
         self._abandoned = abandoned
         self._lines: dict[K, _Line[T, R]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -83,7 +83,10 @@ class Coalescer(Generic[K, T, R]):
     async def submit(self, key: K, items: list[T]) -> R:
         self.requests += 1
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        rows = frozenset(self._row(item) for item in items) if self._row else frozenset()
+        rows = (
+            frozenset(row for item in items for row in self._rows(item))
+            if self._rows else frozenset()
+        )
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = _Line()

@@ -13,7 +13,7 @@ messages, receipts, queues or waiting receivers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -41,8 +41,8 @@ class Grouped(Generic[K, T, R]):
     limit: int
     """Most total weight a group carries; a heavier request still runs, alone."""
     weigh: Callable[[list[T]], int] = len
-    row: Callable[[T], Hashable] | None = None
-    """The message row an item writes: one statement never writes a row twice."""
+    rows: Callable[[T], Iterable[Hashable]] | None = None
+    """The message rows an item writes: one statement never writes a row twice."""
     then: Callable[[K, list[Row]], Statement | None] | None = None
     """A statement to run after it on the same connection (a NOTIFY): with each
     statement its own transaction, it is delivered after the write committed."""
@@ -108,7 +108,7 @@ class GroupCommit:
                     await self._db.fetch(*statement)
 
         return Coalescer(
-            run, limit=grouped.limit, weigh=grouped.weigh, row=grouped.row, abandoned=abandoned
+            run, limit=grouped.limit, weigh=grouped.weigh, rows=grouped.rows, abandoned=abandoned
         )
 
     async def _statement(

@@ -50,26 +50,39 @@ class Change(NamedTuple):
     visibility_timeout: int
 
 
+class Take(NamedTuple):
+    """A receiver's part of a claim: how many messages, and the handles whose
+    messages it acknowledges in the same statement."""
+
+    wanted: int
+    acks: tuple[Handle, ...] = ()
+
+
 class Claimed(NamedTuple):
-    """A receiver's share of a claim, and how many messages the statement
-    dead-lettered instead (shared by the group: a reason to claim again)."""
+    """A receiver's share of a claim, how many messages the statement
+    dead-lettered instead (shared by the group: a reason to claim again), and
+    the rows of its acknowledgements that were deleted."""
 
     rows: list[Row]
     dead: int
+    acked: frozenset[int] = frozenset()
 
 
 SendKey = tuple[int, int]  # queue id, retention
 ClaimKey = tuple[Queue, int]  # queue, visibility timeout
 
 
-def claim_params(queue: Queue, visibility_timeout: int, count: int) -> dict[str, Any]:
+def claim_params(queue: Queue, visibility_timeout: int, takes: list[Take]) -> dict[str, Any]:
+    acks = [ack for take in takes for ack in take.acks]
     return {
         "queue_id": queue.id,
         "visibility_timeout": visibility_timeout,
         "retention": queue.attributes.message_retention,
-        "max": count,
+        "max": sum(take.wanted for take in takes),
         "dead_letter_queue_id": queue.dead_letter_queue_id,
         "max_receive_count": queue.attributes.max_receive_count,
+        "ack_ids": [ack.row for ack in acks],
+        "ack_tokens": [ack.token for ack in acks],
     }
 
 
@@ -146,15 +159,17 @@ SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
 """Durable on return: the INSERT carrying them has committed."""
 
 
-def _claim_share(rows: list[Row], groups: list[list[int]]) -> list[Claimed]:
+def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
     dead = int(rows[0]["dead"])
+    acked = frozenset(rows[0]["acked"])
     # First come, first served, in the claim's (fencing token) order.
     claimed = sorted((row for row in rows if row["id"] is not None),
                      key=lambda row: row["fencing_token"])
     shares = []
-    for (count,) in groups:
-        shares.append(Claimed(claimed[:count], dead))
-        claimed = claimed[count:]
+    for (take,) in groups:
+        mine = acked.intersection(ack.row for ack in take.acks) if take.acks else frozenset()
+        shares.append(Claimed(claimed[:take.wanted], dead, mine))
+        claimed = claimed[take.wanted:]
     return shares
 
 
@@ -169,13 +184,14 @@ def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
     }
 
 
-CLAIM: Grouped[ClaimKey, int, Claimed] = Grouped(
+CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     name="claim",
     query=Q.claim_messages,
-    params=lambda key, counts: claim_params(key[0], key[1], sum(counts)),
+    params=lambda key, takes: claim_params(key[0], key[1], takes),
     share=_claim_share,
     limit=GROUP_ITEMS,
-    weigh=sum,
+    weigh=lambda takes: sum(take.wanted + len(take.acks) for take in takes),
+    rows=lambda take: (ack.row for ack in take.acks),
     then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
     undo=lambda key, share: give_back(key[0], share.rows),
 )
@@ -196,7 +212,7 @@ DELETE: Grouped[int, Handle, set[int]] = Grouped(
     },
     share=_delete_share,
     limit=GROUP_ITEMS,
-    row=lambda h: h.row,
+    rows=lambda h: (h.row,),
 )
 """The rows deleted, of those asked for."""
 
@@ -222,7 +238,7 @@ CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(
     },
     share=_change_share,
     limit=GROUP_ITEMS,
-    row=lambda c: c.row,
+    rows=lambda c: (c.row,),
     then=_change_notice,
     budgeted=True,
 )

@@ -173,14 +173,25 @@ ORDER BY sent.id;
 -- times is moved to the dead-letter queue by the same statement instead: it
 -- is never delivered once more, and never between the two queues. The
 -- receive count is read from the locked row, so concurrent receivers agree.
+-- The acknowledgements a receive brings (`ack_ids`, `ack_tokens`; empty
+-- arrays for none) are deleted by the same statement, conditional on each
+-- claim as delete_messages is, and their rows are never candidates: one
+-- statement must not change a row twice. `acked` lists the rows deleted.
 -- Always one row at least: `dead` counts the moved ones; `id` is NULL when
 -- nothing was claimed.
-WITH candidates AS (
+WITH acked AS (
+    DELETE FROM messages AS m
+    USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id
+),
+candidates AS (
     SELECT c.id, c.receive_count
     FROM messages AS c
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+      AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
     ORDER BY c.visible_at
     LIMIT :max
     FOR UPDATE SKIP LOCKED
@@ -214,7 +225,9 @@ claimed AS (
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
               CAST(m.checkpoint AS text) AS checkpoint
 )
-SELECT (SELECT count(*) FROM dead) AS dead, claimed.*
+SELECT (SELECT count(*) FROM dead) AS dead,
+       (SELECT coalesce(array_agg(id), '{}') FROM acked) AS acked,
+       claimed.*
 FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
 

@@ -14,13 +14,22 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.db.connector import Connector, Session
 from app.queue.catalog import QueueCatalog
 from app.queue.models import Queue, ReceivedMessage
 from app.queue.sql import Q
 from app.queue.waiting import Waiter, WaitHub
+
+
+class Gone(Protocol):
+    """Set when the client has gone away (asyncio.Event is one)."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
+
 
 Claim = Callable[[Queue, int, int, Session | None], Awaitable[list[ReceivedMessage]]]
 """claim(queue, visibility_timeout, count, session): in `session`, else grouped."""
@@ -56,7 +65,7 @@ class Receive:
         max_messages: int,
         visibility_timeout: int | None,
         wait: int | None,
-        gone: asyncio.Event | None,
+        gone: Gone | None,
     ) -> None:
         self._db = db
         self._queues = queues

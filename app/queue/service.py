@@ -13,7 +13,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Set as AbstractSet
+from typing import Any, NamedTuple
 
 from app.config import Settings
 from app.db.connector import Connector, ConstraintViolation, Row, Session
@@ -41,7 +42,7 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
-from app.queue.receiving import Receive
+from app.queue.receiving import Gone, Receive
 from app.queue.sql import Q
 from app.queue.waiting import Ready, WaitHub
 
@@ -208,14 +209,29 @@ class QueueService:
         claims from this queue now (group commit). Under a redrive policy,
         exhausted candidates are dead-lettered by the claim itself, and the
         claim is repeated to fill the batch from what is left."""
+        received, _ = await self._claim_acking(queue, visibility_timeout, count, session, ())
+        return received
+
+    async def _claim_acking(
+        self,
+        queue: Queue,
+        visibility_timeout: int,
+        count: int,
+        session: Session | None,
+        acks: tuple[Handle, ...],
+    ) -> tuple[list[ReceivedMessage], frozenset[int]]:
+        """_claim, whose first statement also deletes the messages of `acks`
+        (conditional on each claim); with the rows it deleted."""
         received: list[ReceivedMessage] = []
         taken: list[Row] = []  # claimed by earlier rounds
+        acked: frozenset[int] = frozenset()
         for _ in range(_DEAD_LETTER_ROUNDS):
-            wanted = count - len(received)
+            take = grouped.Take(count - len(received), acks)
+            acks = ()  # only the first round carries them
             if session is None:
                 try:
                     share = await self.group.run(
-                        grouped.CLAIM, (queue, visibility_timeout), [wanted]
+                        grouped.CLAIM, (queue, visibility_timeout), [take]
                     )
                 except asyncio.CancelledError:
                     # This round's share is given back by group commit; the
@@ -227,12 +243,13 @@ class QueueService:
                 # The grouped claim's statement and dead-letter notice, in this
                 # receive's own connection (a long poll's look).
                 (share,) = await run_in(
-                    session, grouped.CLAIM, (queue, visibility_timeout), [[wanted]]
+                    session, grouped.CLAIM, (queue, visibility_timeout), [[take]]
                 )
+            acked |= share.acked
             received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
             if share.dead == 0 or len(received) >= count:
                 break
-        return received
+        return received, acked
 
     def _received(self, queue: Queue, row: Row, visibility_timeout: int) -> ReceivedMessage:
         flat = json.loads(row["attributes"])
@@ -263,18 +280,14 @@ class QueueService:
         max_messages: int = 1,
         visibility_timeout: int | None = None,
         wait: int | None = None,
-        gone: asyncio.Event | None = None,
+        gone: Gone | None = None,
     ) -> list[ReceivedMessage]:
         """Claim up to max_messages; with wait > 0, wait for them without a connection.
 
         `gone` is set when the client has disconnected: then nothing more is
         claimed (a claim for a gone client is a message stuck for a whole lease).
         """
-        check_range("max", max_messages, limits.RECEIVE_MAX)
-        if visibility_timeout is not None:
-            check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
-        if wait is not None:
-            check_range("wait", wait, limits.RECEIVE_WAIT)
+        _check_receive(max_messages, visibility_timeout, wait)
         receive = Receive(
             self._db, self.queues, self._hub, self._claim, name,
             max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
@@ -288,14 +301,52 @@ class QueueService:
         """What a worker finished (`delete`) and what it still holds (`extend`:
         handle, visibility timeout), applied together as a receive brings them:
         each through its grouped statement, both at once. One result per entry."""
-        if set(delete) & {handle for handle, _ in extend}:
-            raise InvalidParameter(
-                "A receipt handle is either deleted or extended by one request, not both."
-            )
+        _check_settling(delete, extend)
         deleting = self.delete(name, delete) if delete else _nothing()
         extending = self.change_visibility(name, extend) if extend else _nothing()
         deleted, extended = await asyncio.gather(deleting, extending)
         return deleted, extended
+
+    async def settle_and_receive(
+        self,
+        name: str,
+        delete: Sequence[str],
+        extend: Sequence[tuple[str, int]],
+        *,
+        max_messages: int = 1,
+        visibility_timeout: int | None = None,
+        wait: int | None = None,
+        gone: Gone | None = None,
+    ) -> Settled:
+        """A worker's receive: settle (see above), then receive. Applied and
+        committed before the claim, or, for a short poll of a known queue, by
+        the claim's own statement: the acknowledgements deleted and the
+        messages claimed in one statement (claim_messages)."""
+        _check_receive(max_messages, visibility_timeout, wait)
+        _check_settling(delete, extend)
+        queue = self.queues.cached(name)
+        short = queue is not None and (
+            queue.attributes.receive_wait if wait is None else wait
+        ) == 0
+        if queue is None or not short or not delete or (gone is not None and gone.is_set()):
+            deleted, extended = await self.settle(name, delete, extend)
+            received = await self.receive(
+                name, max_messages=max_messages, visibility_timeout=visibility_timeout,
+                wait=wait, gone=gone,
+            )
+            return Settled(deleted, extended, received)
+        receipts = self._receipts(queue, delete)
+        acks = tuple(
+            Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)
+        )
+        lease = queue.attributes.visibility_timeout if visibility_timeout is None else (
+            visibility_timeout
+        )
+        extending = self.change_visibility(name, extend) if extend else _nothing()
+        (received, acked), extended = await asyncio.gather(
+            self._claim_acking(queue, lease, max_messages, None, acks), extending
+        )
+        return Settled(_acknowledged(receipts, acked), extended, received)
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -379,17 +430,7 @@ class QueueService:
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
         deleted = await self.group.run(grouped.DELETE, queue.id, valid) if valid else set()
-        results: list[EntryError | None] = []
-        seen: set[int] = set()
-        for receipt in receipts:
-            if isinstance(receipt, InvalidReceiptHandle):
-                results.append(EntryError(receipt))
-            elif receipt.message_row in deleted and receipt.message_row not in seen:
-                seen.add(receipt.message_row)
-                results.append(None)
-            else:
-                results.append(EntryError(LeaseLost()))
-        return results
+        return _acknowledged(receipts, deleted)
 
     async def checkpoint(
         self, name: str, handle: str, cursor: Any, visibility_timeout: int | None = None
@@ -491,3 +532,45 @@ class QueueService:
 
 async def _nothing() -> list[Any]:
     return []
+
+
+class Settled(NamedTuple):
+    """A worker's receive: one result per acknowledgement and per extension,
+    in request order, and the messages it claimed."""
+
+    deleted: list[EntryError | None]
+    extended: list[Lease | EntryError]
+    received: list[ReceivedMessage]
+
+
+def _check_receive(max_messages: int, visibility_timeout: int | None, wait: int | None) -> None:
+    check_range("max", max_messages, limits.RECEIVE_MAX)
+    if visibility_timeout is not None:
+        check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
+    if wait is not None:
+        check_range("wait", wait, limits.RECEIVE_WAIT)
+
+
+def _check_settling(delete: Sequence[str], extend: Sequence[tuple[str, int]]) -> None:
+    if set(delete) & {handle for handle, _ in extend}:
+        raise InvalidParameter(
+            "A receipt handle is either deleted or extended by one request, not both."
+        )
+
+
+def _acknowledged(
+    receipts: list[Receipt | InvalidReceiptHandle], deleted: AbstractSet[int]
+) -> list[EntryError | None]:
+    """Each acknowledgement's result: its message deleted (once: a handle given
+    twice fails the second time), else lease_lost, or its handle's error."""
+    results: list[EntryError | None] = []
+    seen: set[int] = set()
+    for receipt in receipts:
+        if isinstance(receipt, InvalidReceiptHandle):
+            results.append(EntryError(receipt))
+        elif receipt.message_row in deleted and receipt.message_row not in seen:
+            seen.add(receipt.message_row)
+            results.append(None)
+        else:
+            results.append(EntryError(LeaseLost()))
+    return results

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +10,7 @@ from urllib.parse import urlsplit
 
 from app.auth.scopes import EVERYONE, Principal
 from app.queue import limits
+from app.queue.receiving import Gone
 from app.queue.redrive import Redrives
 from app.queue.service import QueueService
 from app.sqs.errors import SqsError
@@ -26,7 +26,7 @@ class Context:
     account: str
     region: str
     sender_id: str
-    gone: asyncio.Event | None = None
+    gone: Gone | None = None
     path_queue: str | None = None  # the queue of a request posted to its queue URL
     principal: Principal = EVERYONE
     need: str = "admin"  # the scope action this request's action needs (SCOPES)
