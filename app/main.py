@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import problems
-from app.api.lean import LeanApp
 from app.api.routes import health, keys, messages, queues, redrive
+from app.asgi.lean import LeanApp
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
@@ -225,13 +225,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first.
     app.include_router(messages.router)
-    app.serve_lean(messages.router.routes, prefix="/v1/queues/")
+    app.serve_lean(messages.router.routes)
     app.include_router(queues.router)
     app.include_router(redrive.router)
     app.include_router(keys.router)
     app.include_router(health.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
     app.include_router(sqs.router)
+    app.serve_lean(sqs.router.routes)
     app.add_middleware(
         Guard,
         keys=lambda: getattr(app.state, "keys", None),

@@ -104,6 +104,16 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 row["worker"] = worker.as_dict()
                 row["worker_ratio"] = (
                     worker.messages_per_second / max(raw.messages_per_second, 1e-9))
+                if batch > 1:
+                    # The SQS door's JSON protocol, as boto3 sends the same cycle.
+                    _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+                    sqs = cycle.run("sqs", service.port, cycle.sqs_queue_url(service.port, name),
+                                    clients=n, batch=batch, seconds=seconds,
+                                    processes=processes, remaining=remaining_rest,
+                                    service_cpu=service_cpu, database_cpu=database_cpu)
+                    row["sqs"] = sqs.as_dict()
+                    row["sqs_ratio"] = sqs.messages_per_second / max(raw.messages_per_second,
+                                                                     1e-9)
             rows.append(row)
     return rows
 
@@ -192,6 +202,16 @@ def print_table(report: dict[str, Any]) -> None:
               f"{worker['claim_p99_ms']:>9.1f}ms{'-':>12}"
               f"{worker['generator_cpu_percent']:>8.0f}%"
               f"{worker['service_cpu_percent'] or 0:>8.0f}%")
+    for row in report["cycle"]:
+        sqs = row.get("sqs")
+        if sqs is None:
+            continue
+        label = f"batch 10, {sqs['clients']:>2}, SQS JSON"
+        print(f"{label:<22}{row['raw']['messages_per_second']:>11.0f}"
+              f"{sqs['messages_per_second']:>12.0f}{row['sqs_ratio']:>10.2f}"
+              f"{sqs['lost']:>6}{sqs['duplicated']:>5}"
+              f"{sqs['claim_p99_ms']:>9.1f}ms{sqs['delete_p99_ms']:>10.1f}ms"
+              f"{sqs['generator_cpu_percent']:>8.0f}%{sqs['service_cpu_percent'] or 0:>8.0f}%")
     print("  (lost/dup: raw + rest; latencies and CPU: the rest row; raw gen CPU per row in JSON;"
           " 'acks ride': send, then receive carrying the last round's acknowledgements;"
           " its claim p99 is that receive's)")
@@ -199,10 +219,11 @@ def print_table(report: dict[str, Any]) -> None:
         f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} x{row['rest']['clients']} "
         f"{_cpu_per_message(row['rest']):.0f} us"
         + (f" ({_cpu_per_message(row['worker']):.0f} us acks ride)" if "worker" in row else "")
+        + (f" ({_cpu_per_message(row['sqs']):.0f} us SQS JSON)" if "sqs" in row else "")
         for row in report["cycle"]))
     print("  CPU per message at 16 clients, service + database + generators (us): " + "; ".join(
         f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} "
-        + ", ".join(f"{kind} {_split(row[kind])}" for kind in ("raw", "rest", "worker")
+        + ", ".join(f"{kind} {_split(row[kind])}" for kind in ("raw", "rest", "worker", "sqs")
                     if kind in row)
         for row in report["cycle"] if row["rest"]["clients"] == 16))
     for row in report["cycle"]:

@@ -165,15 +165,18 @@ class Http:
         status, data = await self.raw(method, path, body)
         return status, json.loads(data) if data else None
 
-    async def raw(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+    async def raw(self, method: str, path: str, body: Any = None, *,
+                  content_type: str = "application/json",
+                  headers: str = "") -> tuple[int, bytes]:
+        """`headers`: more header lines, each ending in CRLF."""
         payload = b"" if body is None else json.dumps(body).encode()
         # Host: a loopback name. The service answers only to those by default when
         # bound to loopback (LEASEQ_ALLOWED_HOSTS, against DNS rebinding): `bench`
         # is refused with 400 host_not_allowed.
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            f"{self._extra}\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self._port}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n"
+            f"{self._extra}{headers}\r\n"
         ).encode()
         self._writer.write(head + payload)
         await self._writer.drain()

@@ -5,6 +5,9 @@
 - rest: the same cycle through leaseq's REST API.
 - worker: the cycle as the workers run it, each acknowledgement riding on the
   next receive (`POST .../receive` with `delete`): two requests a message.
+- sqs: the same cycle through the SQS door's JSON protocol, as boto3 sends it
+  (SendMessageBatch, ReceiveMessage, DeleteMessageBatch; its headers, an
+  access key the open service takes as the sender), from a plain client.
 - floor: the service's cheapest route (GET /healthz, no database) at the same
   concurrency: the most requests/s its HTTP stack serves here, and so a ceiling
   for a cycle that takes three requests a message.
@@ -17,6 +20,7 @@ the CPU it used, printed beside the figures.
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 import time
 import uuid
@@ -168,6 +172,77 @@ async def _worker_client(port: int, queue: str, batch: int, until: float, share:
         http.close()
 
 
+SQS_ACCESS_KEY = "AKIDBENCH"
+
+
+def _sqs_headers(action: str) -> str:
+    """The headers boto3 sends with an SQS JSON request (the signature is not
+    checked while no key exists; the access key names the sender)."""
+    now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return (
+        f"X-Amz-Target: AmazonSQS.{action}\r\n"
+        f"X-Amz-Date: {now}\r\n"
+        "User-Agent: Boto3/1.34 md/Botocore#1.34 ua/2.0 os/linux lang/python#3.11\r\n"
+        f"amz-sdk-invocation-id: {uuid.uuid4()}\r\n"
+        "amz-sdk-request: attempt=1\r\n"
+        f"Authorization: AWS4-HMAC-SHA256 Credential={SQS_ACCESS_KEY}/{now[:8]}/us-east-1/"
+        "sqs/aws4_request, SignedHeaders=content-type;host;x-amz-date;x-amz-target, "
+        f"Signature={'0' * 64}\r\n"
+    )
+
+
+async def _sqs(http: Http, action: str, body: dict[str, Any]) -> Any:
+    status, data = await http.raw("POST", "/", body, content_type="application/x-amz-json-1.0",
+                                  headers=_sqs_headers(action))
+    if status != 200:
+        raise RuntimeError(f"{action}: {status} {data[:200]!r}")
+    return json.loads(data)
+
+
+async def _sqs_client(port: int, queue_url: str, batch: int, until: float,
+                      share: Share) -> None:
+    http = await Http.open(port)
+    try:
+        while time.monotonic() < until:
+            sent = await _sqs(http, "SendMessageBatch", {
+                "QueueUrl": queue_url,
+                "Entries": [{"Id": str(i), "MessageBody": "x"} for i in range(batch)],
+            })
+            share.sent.extend(r["MessageId"] for r in sent["Successful"])
+            start = time.perf_counter()
+            got = await _sqs(http, "ReceiveMessage", {
+                "QueueUrl": queue_url, "MaxNumberOfMessages": batch, "VisibilityTimeout": 600,
+            })
+            share.claim_seconds.append(time.perf_counter() - start)
+            messages = got.get("Messages", [])
+            share.claimed.extend(m["MessageId"] for m in messages)
+            if not messages:
+                continue
+            start = time.perf_counter()
+            deleted = await _sqs(http, "DeleteMessageBatch", {
+                "QueueUrl": queue_url,
+                "Entries": [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                            for i, m in enumerate(messages)],
+            })
+            by_id = {str(i): m["MessageId"] for i, m in enumerate(messages)}
+            share.deleted.extend(by_id[r["Id"]] for r in deleted["Successful"])
+            share.delete_seconds.append(time.perf_counter() - start)
+    finally:
+        http.close()
+
+
+def sqs_queue_url(port: int, name: str) -> str:
+    async def go() -> str:
+        http = await Http.open(port)
+        try:
+            url: str = (await _sqs(http, "GetQueueUrl", {"QueueName": name}))["QueueUrl"]
+            return url
+        finally:
+            http.close()
+
+    return asyncio.run(go())
+
+
 async def _floor_client(port: int, until: float, share: Share) -> None:
     http = await Http.open(port)
     try:
@@ -190,6 +265,8 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
             runs = [_raw_client(target, queue, batch, until, share) for _ in range(clients)]
         elif kind == "floor":
             runs = [_floor_client(target, until, share) for _ in range(clients)]
+        elif kind == "sqs":
+            runs = [_sqs_client(target, queue, batch, until, share) for _ in range(clients)]
         elif kind == "worker":
             runs = [_worker_client(target, queue, batch, until, share, headers)
                     for _ in range(clients)]

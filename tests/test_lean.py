@@ -1,4 +1,4 @@
-"""The message cycle's lean path (app/api/lean.py): it serves exactly the cycle
+"""The message cycle's lean path (app/asgi/lean.py): it serves exactly the cycle
 routes, each by its one handler; the declarations that document them have no
 implementation of their own; its answers keep the shapes FastAPI gave."""
 
@@ -14,8 +14,9 @@ from fastapi.routing import APIRoute
 from support import make_queue, receive, send
 
 from app.api import problems
-from app.api.lean import handler_of
 from app.api.routes import messages
+from app.asgi.lean import handler_of
+from app.sqs import routes as sqs_routes
 
 CYCLE = {
     "send_message", "receive_messages", "receive_and_settle", "change_visibility",
@@ -37,11 +38,33 @@ def test_the_lean_path_serves_exactly_the_message_cycle() -> None:
     assert set(_served()) == CYCLE
 
 
+def test_the_sqs_door_s_root_is_served_on_the_lean_path() -> None:
+    # Both SQS protocols post to /; a queue URL (Query clients) stays with FastAPI.
+    served = [
+        (sorted(route.methods), route.path) for route in sqs_routes.router.routes
+        if isinstance(route, APIRoute) and handler_of(route) is not None
+    ]
+    assert served == [(["POST"], "/")]
+
+
+async def test_a_method_the_lean_route_has_not_is_fastapi_s_405(
+    client: httpx.AsyncClient,
+) -> None:
+    for method, path, allowed in [("GET", "/", {"POST"}),
+                                  ("PUT", "/v1/queues/q/receive", {"GET", "POST"})]:
+        refused = await client.request(method, path)
+        assert refused.status_code == 405, (method, path)
+        assert refused.json()["code"] == "method_not_allowed"
+        # Starlette's: the methods of the first route on the path (test_validation)
+        listed = {m.strip() for m in refused.headers["allow"].split(",")}
+        assert listed and listed <= allowed
+
+
 async def test_a_declaration_has_no_implementation_of_its_own() -> None:
     # Without LeanApp, FastAPI would call the declaration: it refuses, so a 2xx
     # from a cycle route can only be its handler's.
     for route in _served().values():
-        with pytest.raises(RuntimeError, match=r"served by app\.api\.lean\.LeanApp"):
+        with pytest.raises(RuntimeError, match=r"served by app\.asgi\.lean\.LeanApp"):
             await route.endpoint(queue="q", receipt_handle="h", body=None, query=None)
 
 

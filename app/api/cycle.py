@@ -1,6 +1,7 @@
 """The message cycle's handlers: send, receive (and receive-and-settle),
 visibility, release, checkpoint, delete. Each is the one implementation of a
-route declared in app/api/routes/messages.py, served by app/api/lean.py."""
+route declared in app/api/routes/messages.py, served on the lean path
+(app/asgi/lean.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from app.api.decoding import AnswerOf, BodyOf, QueryOf, answering_problems
 from app.api.deps import check_batch
-from app.api.lean import Answer, AnswerOf, BodyOf, Call, QueryOf
 from app.api.problems import entry_error
 from app.api.schemas import (
     BatchResults,
@@ -27,20 +28,34 @@ from app.api.schemas import (
     VisibilityIn,
 )
 from app.asgi.disconnect import client_gone
+from app.asgi.lean import Answer, Call
+from app.config import Settings
 from app.queue.models import EntryError, Lease, OutgoingMessage, ReceivedMessage
+from app.queue.service import QueueService
+
+
+def _service(call: Call) -> QueueService:
+    service: QueueService = call.state.service
+    return service
+
+
+def _settings(call: Call) -> Settings:
+    settings: Settings = call.state.settings
+    return settings
 
 _send_body = BodyOf(SendIn, batch=True)
 _sent = AnswerOf(SentOut, status=201)
 _batch = AnswerOf(BatchResults)
 
 
+@answering_problems
 async def send(call: Call) -> Answer:
     body = _send_body.decode(call)
     batch = isinstance(body, MessageBatchIn)
     entries = body.messages if batch else [body]
-    check_batch(len(entries), call.settings)
-    results = await call.service.send(
-        call.queue,
+    check_batch(len(entries), _settings(call))
+    results = await _service(call).send(
+        call.params["queue"],
         [
             OutgoingMessage(
                 body=e.body, attributes=e.attributes, delay=e.delay, not_before=e.not_before
@@ -63,12 +78,13 @@ async def send(call: Call) -> Answer:
 _receive_query = QueryOf(ReceiveQuery)
 
 
+@answering_problems
 async def receive(call: Call) -> Answer:
     query: ReceiveQuery = _receive_query.decode(call)
     async with client_gone(call.receive) as gone:
-        received = await call.service.receive(
-            call.queue, max_messages=query.max, visibility_timeout=query.visibility_timeout,
-            wait=query.wait, gone=gone,
+        received = await _service(call).receive(
+            call.params["queue"], max_messages=query.max,
+            visibility_timeout=query.visibility_timeout, wait=query.wait, gone=gone,
         )
     return Answer(200, to_json({"messages": [_received(m) for m in received]}))
 
@@ -76,13 +92,14 @@ async def receive(call: Call) -> Answer:
 _receive_body = BodyOf(ReceiveIn, batch=True)
 
 
+@answering_problems
 async def receive_and_settle(call: Call) -> Answer:
     body: ReceiveIn = _receive_body.decode(call)
-    check_batch(len(body.delete), call.settings)
-    check_batch(len(body.extend), call.settings)
+    check_batch(len(body.delete), _settings(call))
+    check_batch(len(body.extend), _settings(call))
     async with client_gone(call.receive) as gone:
-        settled = await call.service.settle_and_receive(
-            call.queue, body.delete, [(e.receipt_handle, e.timeout) for e in body.extend],
+        settled = await _service(call).settle_and_receive(
+            call.params["queue"], body.delete, [(e.receipt_handle, e.timeout) for e in body.extend],
             max_messages=body.max, visibility_timeout=body.visibility_timeout,
             wait=body.wait, gone=gone,
         )
@@ -128,10 +145,11 @@ def _lease_or_raise(result: Lease | EntryError) -> Answer:
     return _lease(LeaseOut.of(result))
 
 
+@answering_problems
 async def change_visibility(call: Call) -> Answer:
     body: VisibilityIn = _visibility_body.decode(call)
-    (result,) = await call.service.change_visibility(
-        call.queue, [(call.params["receipt_handle"], body.timeout)]
+    (result,) = await _service(call).change_visibility(
+        call.params["queue"], [(call.params["receipt_handle"], body.timeout)]
     )
     return _lease_or_raise(result)
 
@@ -139,17 +157,19 @@ async def change_visibility(call: Call) -> Answer:
 _visibility_batch_body = BodyOf(VisibilityBatchIn, batch=True)
 
 
+@answering_problems
 async def change_visibility_batch(call: Call) -> Answer:
     body: VisibilityBatchIn = _visibility_batch_body.decode(call)
-    check_batch(len(body.entries), call.settings)
-    results = await call.service.change_visibility(
-        call.queue, [(e.receipt_handle, e.timeout) for e in body.entries]
+    check_batch(len(body.entries), _settings(call))
+    results = await _service(call).change_visibility(
+        call.params["queue"], [(e.receipt_handle, e.timeout) for e in body.entries]
     )
     return _batch(BatchResults.of(_extended(results)))
 
 
+@answering_problems
 async def delete(call: Call) -> Answer:
-    (result,) = await call.service.delete(call.queue, [call.params["receipt_handle"]])
+    (result,) = await _service(call).delete(call.params["queue"], [call.params["receipt_handle"]])
     if isinstance(result, EntryError):
         raise result.error
     return Answer(204)
@@ -158,10 +178,11 @@ async def delete(call: Call) -> Answer:
 _delete_batch_body = BodyOf(DeleteBatchIn, batch=True)
 
 
+@answering_problems
 async def delete_batch(call: Call) -> Answer:
     body: DeleteBatchIn = _delete_batch_body.decode(call)
-    check_batch(len(body.receipt_handles), call.settings)
-    results = await call.service.delete(call.queue, body.receipt_handles)
+    check_batch(len(body.receipt_handles), _settings(call))
+    results = await _service(call).delete(call.params["queue"], body.receipt_handles)
     return _batch(BatchResults.of(_deleted(results)))
 
 
@@ -169,10 +190,11 @@ _release_body = BodyOf(ReleaseIn | None, optional=True)
 _released = AnswerOf(ReleasedOut)
 
 
+@answering_problems
 async def release(call: Call) -> Answer:
     body: ReleaseIn | None = _release_body.decode(call)
-    released = await call.service.release(
-        call.queue, call.params["receipt_handle"], None if body is None else body.delay
+    released = await _service(call).release(
+        call.params["queue"], call.params["receipt_handle"], None if body is None else body.delay
     )
     return _released(ReleasedOut(delay_seconds=released.delay_seconds,
                                   visible_at=released.visible_at))
@@ -181,9 +203,10 @@ async def release(call: Call) -> Answer:
 _checkpoint_body = BodyOf(CheckpointIn)
 
 
+@answering_problems
 async def checkpoint(call: Call) -> Answer:
     body: CheckpointIn = _checkpoint_body.decode(call)
-    lease = await call.service.checkpoint(
-        call.queue, call.params["receipt_handle"], body.cursor, body.timeout
+    lease = await _service(call).checkpoint(
+        call.params["queue"], call.params["receipt_handle"], body.cursor, body.timeout
     )
     return _lease(LeaseOut.of(lease))

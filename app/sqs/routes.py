@@ -14,9 +14,12 @@ import uuid
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope
 
 from app.asgi.disconnect import client_gone
+from app.asgi.lean import Answer, Call, serves
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
 from app.config import Settings
@@ -31,10 +34,32 @@ _ACCOUNT = re.compile(r"^[0-9]{12}$")
 router = APIRouter(tags=["sqs"], include_in_schema=False)
 
 
-async def _authenticate(request: Request, body: bytes, is_json: bool) -> tuple[Principal, str]:
+class _Request:
+    """What the SQS door reads of a request."""
+
+    __slots__ = ("body", "headers", "path", "query", "receive", "scope", "state")
+
+    def __init__(self, scope: Scope, receive: Receive, body: bytes) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.body = body
+        self.state = scope["app"].state
+        self.headers = Headers(scope=scope)
+        self.path: str = scope["path"]
+        self.query: str = scope.get("query_string", b"").decode("latin-1")
+
+    def base_url(self) -> str:
+        host = self.headers.get("host")
+        if host is None:
+            server = self.scope.get("server") or ("localhost", 80)
+            host = f"{server[0]}:{server[1]}"
+        return f"{self.scope.get('scheme', 'http')}://{host}"
+
+
+async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
     """(who, their sender id) of a request, checked before its body is parsed."""
-    keys: KeyStore = request.app.state.keys
-    settings: Settings = request.app.state.settings
+    keys: KeyStore = request.state.keys
+    settings: Settings = request.state.settings
     await keys.ensure()
     if not keys.enforcing:
         # Open (no key exists): any access key is accepted as the sender's id.
@@ -44,38 +69,35 @@ async def _authenticate(request: Request, body: bytes, is_json: bool) -> tuple[P
     by_name = sigv4.headers_by_name(
         [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
     )
-    query = request.url.query
-    signed = sigv4.parse(by_name, query, now=datetime.now(UTC), json_protocol=is_json)
+    signed = sigv4.parse(by_name, request.query, now=datetime.now(UTC), json_protocol=is_json)
     found = await keys.signing_secret(signed.key)
     if found is None:
         raise SqsError(
             "InvalidClientTokenId", "The security token included in the request is invalid."
         )
     principal, secret = found
-    sigv4.check(signed, secret=secret, method=request.method, path=request.url.path,
-                query_string=query, by_name=by_name, body=body)
+    sigv4.check(signed, secret=secret, method=request.scope["method"], path=request.path,
+                query_string=request.query, by_name=by_name, body=request.body)
     return principal, signed.key
 
 
-async def _handle(request: Request, path_queue: str | None) -> Response:
+async def _handle(request: _Request, path_queue: str | None) -> Answer:
     request_id = str(uuid.uuid4())
-    body = await request.body()
+    body = request.body
     target = request.headers.get("x-amz-target")
     is_json = target is not None or request.headers.get("content-type", "").startswith(
         "application/x-amz-json"
     )
     action: str | None = None
     try:
-        principal, sender = await _authenticate(request, body, is_json)
+        principal, sender = await _authenticate(request, is_json)
         if is_json:
             if not target or not target.startswith(protocol.TARGET_PREFIX):
                 raise SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action>.")
             action = target[len(protocol.TARGET_PREFIX):]
             params = protocol.parse_json(body)
         else:
-            action, params = protocol.parse_form(
-                protocol.form_pairs(body, request.url.query)
-            )
+            action, params = protocol.parse_form(protocol.form_pairs(body, request.query))
             if not action:
                 raise SqsError("MissingAction", "The request must contain an Action.")
         handler = ACTIONS.get(action)
@@ -83,12 +105,12 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
             )
-        request.app.state.limiter.take(principal)
-        settings: Settings = request.app.state.settings
+        request.state.limiter.take(principal)
+        settings: Settings = request.state.settings
         ctx = Context(
-            service=request.app.state.service,
-            redrives=request.app.state.redrives,
-            base_url=f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}",
+            service=request.state.service,
+            redrives=request.state.redrives,
+            base_url=request.base_url(),
             account=settings.sqs_account_id,
             region=settings.sqs_region,
             sender_id=sender,
@@ -104,29 +126,43 @@ async def _handle(request: Request, path_queue: str | None) -> Response:
     except Exception:
         _log.exception("SQS action %s failed", action)
         return _error(SqsError("InternalError", "An internal error occurred."), is_json, request_id)
-    headers = {"x-amzn-RequestId": request_id}
+    headers = ((b"x-amzn-requestid", request_id.encode()),)
     if is_json:
-        return Response(protocol.json_result(result), media_type=protocol.JSON_CONTENT_TYPE,
-                        headers=headers)
+        return Answer(200, protocol.json_result(result), _JSON, headers)
     assert action is not None
-    return Response(protocol.xml_result(action, result, request_id),
-                    media_type=protocol.XML_CONTENT_TYPE, headers=headers)
+    return Answer(200, protocol.xml_result(action, result, request_id), _XML, headers)
 
 
-def _error(error: SqsError, is_json: bool, request_id: str) -> Response:
-    headers = {"x-amzn-RequestId": request_id}
+_JSON = protocol.JSON_CONTENT_TYPE.encode()
+_XML = protocol.XML_CONTENT_TYPE.encode()
+
+
+def _error(error: SqsError, is_json: bool, request_id: str) -> Answer:
+    headers = [(b"x-amzn-requestid", request_id.encode())]
     if is_json:
         content, extra = protocol.json_error(error)
-        return Response(content, status_code=error.status,
-                        media_type=protocol.JSON_CONTENT_TYPE, headers={**headers, **extra})
-    return Response(protocol.xml_error(error, request_id), status_code=error.status,
-                    media_type=protocol.XML_CONTENT_TYPE, headers=headers)
+        headers.extend((k.lower().encode("latin-1"), v.encode("latin-1"))
+                       for k, v in extra.items())
+        return Answer(error.status, content, _JSON, tuple(headers))
+    return Answer(error.status, protocol.xml_error(error, request_id), _XML, tuple(headers))
+
+
+def _response(answer: Answer) -> Response:
+    response = Response(answer.body, status_code=answer.status,
+                        media_type=answer.media_type.decode())
+    for name, value in answer.headers:
+        response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
+    return response
+
+
+async def _serve_root(call: Call) -> Answer:
+    return await _handle(_Request(call.scope, call.receive, call.body), None)
 
 
 @router.post("/")
-async def sqs_root(request: Request) -> Response:
-    """Both SQS protocols."""
-    return await _handle(request, None)
+@serves(_serve_root)
+async def sqs_root() -> None:
+    """Both SQS protocols (served on the lean path: app/asgi/lean.py)."""
 
 
 @router.api_route("/{account}/{queue}", methods=["GET", "POST"])
@@ -136,8 +172,9 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
     if not _ACCOUNT.fullmatch(account):
         raise StarletteHTTPException(404, "Not Found")
     if account != settings.sqs_account_id:
-        return _error(SqsError("QueueDoesNotExist", "The specified queue does not exist."),
-                      request.headers.get("x-amz-target") is not None, str(uuid.uuid4()))
-    return await _handle(request, queue)
-
-
+        return _response(_error(
+            SqsError("QueueDoesNotExist", "The specified queue does not exist."),
+            request.headers.get("x-amz-target") is not None, str(uuid.uuid4()),
+        ))
+    body = await request.body()
+    return _response(await _handle(_Request(request.scope, request.receive, body), queue))

@@ -2,7 +2,7 @@
 
 The message cycle's routes are declared here, for the OpenAPI document and the
 router (a method a path has not answers 405 with `Allow`), and served by their
-handlers in app/api/cycle.py on the lean path (app/api/lean.py): a declaration's
+handlers in app/api/cycle.py on the lean path (app/asgi/lean.py): a declaration's
 signature and models are its operation; `@serves` names its one implementation.
 """
 
@@ -14,7 +14,6 @@ from fastapi import APIRouter, Query, status
 
 from app.api import cycle
 from app.api.deps import ServiceDep
-from app.api.lean import serves
 from app.api.problems import responses
 from app.api.schemas import (
     BatchResults,
@@ -34,6 +33,7 @@ from app.api.schemas import (
     VisibilityBatchIn,
     VisibilityIn,
 )
+from app.asgi.lean import serves
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 

@@ -1,0 +1,156 @@
+"""The lean path: routes served below FastAPI's routing, dependency and
+response machinery (docs/decisions.md, "A lean path for the message cycle").
+
+A lean route is declared once, as a FastAPI route whose signature and models
+make its OpenAPI operation (and let the router answer 405 with `Allow` for a
+method the path has not), and whose body is `@serves(handler)`: the one
+implementation, an async function from a Call to an Answer. `LeanApp` finds
+the declared route by its own method and path pattern, passes the request
+through the application's middleware (the Guard among them) and runs the
+handler; every other request goes on to FastAPI. The handler owns its errors:
+the REST door's answer problem+json (app/api/decoding.py), the SQS door's
+its protocols' shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+@dataclass(slots=True)
+class Call:
+    """One request on the lean path, its body read."""
+
+    scope: Scope
+    receive: Receive
+    params: dict[str, str]
+    """The path's parameters."""
+    state: Any
+    """The application's state."""
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes = b""
+    media_type: bytes = b"application/json"
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    """More response headers."""
+
+
+Handler = Callable[[Call], Awaitable[Answer]]
+F = TypeVar("F", bound=Callable[..., Awaitable[None]])
+
+def serves(handler: Handler) -> Callable[[F], F]:
+    """Marks a route declaration as served by `handler` on the lean path. The
+    declaration's body never runs: reached, it means the application is not a LeanApp."""
+
+    def mark(declaration: F) -> F:
+        @functools.wraps(declaration)
+        async def unreachable(*_args: Any, **_kwargs: Any) -> None:
+            raise RuntimeError(
+                f"{declaration.__name__} is served by app.asgi.lean.LeanApp, "
+                "which this application is not"
+            )
+
+        unreachable.__lean__ = handler  # type: ignore[attr-defined]
+        return unreachable  # type: ignore[return-value]
+
+    return mark
+
+
+def handler_of(route: APIRoute) -> Handler | None:
+    return getattr(route.endpoint, "__lean__", None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    method: str
+    pattern: re.Pattern[str]
+    route: APIRoute  # for /metrics' per-route counts, as FastAPI sets it
+    handler: Handler
+
+
+_HANDLER = "leaseq.handler"  # the scope's key for the handler LeanApp matched
+
+
+class LeanApp(FastAPI):
+    """The application: FastAPI, with the message cycle's requests taken at its
+    door. Those pass the same middleware every request passes (the body limit
+    and counts, the Guard, CORS: `user_middleware`), then their handler, and
+    nothing of FastAPI's own stack; every other request goes to FastAPI."""
+
+    _lean: dict[str, list[_Served]] = {}  # noqa: RUF012 - replaced, never changed
+    _lean_stack: ASGIApp | None = None
+
+    def serve_lean(self, routes: Iterable[Any]) -> None:
+        """Serves the routes among `routes` declared with `@serves`. They must be
+        routes FastAPI would pick for their paths too (matched before any other)."""
+        lean: dict[str, list[_Served]] = {}
+        for route in routes:
+            if isinstance(route, APIRoute) and (handler := handler_of(route)) is not None:
+                for method in sorted(route.methods or ()):
+                    served = _Served(method, route.path_regex, route, handler)
+                    lean.setdefault(method, []).append(served)
+        self._lean = {**self._lean, **{
+            method: [*self._lean.get(method, []), *served] for method, served in lean.items()
+        }}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            for served in self._lean.get(scope["method"], ()):
+                match = served.pattern.match(path)
+                if match is not None:
+                    scope["app"] = self
+                    scope["route"] = served.route
+                    scope["path_params"] = match.groupdict()
+                    scope[_HANDLER] = served.handler
+                    if self._lean_stack is None:
+                        self._lean_stack = self._build_lean_stack()
+                    await self._lean_stack(scope, receive, send)
+                    return
+        await super().__call__(scope, receive, send)
+
+    def _build_lean_stack(self) -> ASGIApp:
+        app: ASGIApp = _serve
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        # What would answer an unexpected error anywhere in that stack.
+        return ServerErrorMiddleware(app, handler=self.exception_handlers.get(Exception))
+
+
+async def _serve(scope: Scope, receive: Receive, send: Send) -> None:
+    handler: Handler = scope[_HANDLER]
+    body = await _read_body(receive)
+    if body is None:
+        return  # the client went away before its request was whole
+    answer = await handler(Call(scope, receive, scope["path_params"], scope["app"].state, body))
+    if answer.body:
+        headers = [(b"content-type", answer.media_type),
+                   (b"content-length", str(len(answer.body)).encode()), *answer.headers]
+    else:
+        headers = list(answer.headers)
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
