@@ -65,20 +65,26 @@ class Service:
         return total
 
     def database_cpu_seconds(self) -> float:
-        """CPU seconds of the PostgreSQL serving the bench: the embedded one the
-        service started, else every `postgres` process of this machine (the
-        server DATABASE_URL names, with whatever else it serves)."""
-        ours = {proc.pid for proc in self.processes()}
-        found = [child for child in self.process.children(recursive=True)
-                 if child.pid not in ours]
-        if not found:
-            found = [proc for proc in psutil.process_iter(["name"])
-                     if proc.info["name"] in ("postgres", "postmaster")]
+        """CPU seconds of the PostgreSQL serving the bench: its postmaster's own,
+        its live processes', and those of the processes it has reaped (a client
+        connection's backend ends with it). The embedded server, else the
+        server DATABASE_URL names (with whatever else that server serves)."""
+        postmasters = [
+            proc for proc in psutil.process_iter(["name", "ppid", "cmdline"])
+            if proc.info["name"] in ("postgres", "postmaster")
+            and "-D" in (proc.info["cmdline"] or [])
+        ]
+        embedded = [p for p in postmasters
+                    if any(str(self.data_dir) in part for part in p.info["cmdline"] or [])]
         total = 0.0
-        for proc in found:
+        for postmaster in embedded or postmasters:
             with contextlib.suppress(psutil.Error):
-                times = proc.cpu_times()
-                total += times.user + times.system
+                times = postmaster.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
+                for child in postmaster.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        times = child.cpu_times()
+                        total += times.user + times.system
         return total
 
     def rss_bytes(self, *, peak: bool = False) -> int:

@@ -73,7 +73,7 @@ def message_size(message: OutgoingMessage) -> int:
 def _stored_attributes(message: OutgoingMessage) -> tuple[str, str | None]:
     """The `attributes` and `attribute_types` columns of a message, as JSON."""
     if message.typed_attributes is None:
-        return json.dumps(message.attributes), None
+        return (json.dumps(message.attributes) if message.attributes else "{}"), None
     flat, types = typed.split(message.typed_attributes)
     return json.dumps(flat), types
 
@@ -252,14 +252,19 @@ class QueueService:
         return received, acked
 
     def _received(self, queue: Queue, row: Row, visibility_timeout: int) -> ReceivedMessage:
-        flat = json.loads(row["attributes"])
+        text = row["attributes"]
         types = row["attribute_types"]
         checkpoint = row["checkpoint"]
+        # Most messages carry no attributes: no JSON to read, nothing to type.
+        flat = {} if text == "{}" else json.loads(text)
         return ReceivedMessage(
             message_id=str(row["message_id"]),
             body=row["body"],
             attributes=flat,
-            typed_attributes=typed.join(flat, None if types is None else json.loads(types)),
+            typed_attributes=(
+                typed.join(flat, None if types is None else json.loads(types))
+                if flat or types is not None else {}
+            ),
             sender_id=row["sender_id"],
             receipt_handle=self._signer.encode(
                 Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
