@@ -72,7 +72,7 @@ class Settings(BaseSettings):
         # no connection in 5 s is better answered 503 than left holding its socket.
         default=5.0, gt=0, le=60,
         description="Longest a request waits for a database connection (visibility "
-        "changes: for their quarter of the pool) before answering 503.",
+        "changes: for their share of the pool) before answering 503.",
     )
     retention_sweep_seconds: float = Field(
         default=60.0, gt=0, description="How often expired messages are deleted."

@@ -25,7 +25,7 @@ from app.auth.store import KeyStore
 from app.auth.tokens import split_bearer
 from app.config import Settings, get_settings, parse_credentials
 from app.db.connector import Connector, DatabaseError
-from app.db.engine import create_engine
+from app.db.engine import create_engine, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
 from app.queue.redrive import Redrives
@@ -133,14 +133,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        planned, cached = split_pool(settings.pool_size)
         engine = create_engine(
-            database_url, pool_size=settings.pool_size, pool_timeout=settings.pool_wait_seconds
+            database_url, pool_size=planned, pool_timeout=settings.pool_wait_seconds
+        )
+        cached_engine = None if not cached else create_engine(
+            database_url, pool_size=cached, pool_timeout=settings.pool_wait_seconds,
+            cached_plans=True,
         )
         hub = WaitHub(
             max_waiters=settings.max_waiters,
             max_waiters_per_queue=settings.max_waiters_per_queue,
         )
-        db = Connector(engine)
+        db = Connector(engine, cached_engine)
         listener = Listener(database_url, hub)
         master = settings.master_secret()
         keyring = ReceiptKeyring(db, legacy=master)
@@ -205,6 +210,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             keyring.close()
             await keys.close()
             await engine.dispose()
+            if cached_engine is not None:
+                await cached_engine.dispose()
 
     app = LeanApp(
         title="leaseq",

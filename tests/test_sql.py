@@ -96,3 +96,19 @@ def test_every_parameter_is_one_of_the_statement_not_of_its_comments() -> None:
     for query in [*Q, *load("app.auth")]:
         code = re.sub(r"--[^\n]*", "", query.text)
         assert set(compile_query(query.name, code).params) == set(query.params), query.name
+
+
+def test_only_statements_whose_plan_cannot_turn_bad_keep_cached_plans() -> None:
+    cached = {query.name for query in Q if query.cached_plan}
+    assert cached == {"send_messages", "delete_messages", "change_visibility",
+                      "give_back_claims", "notify_ready"}
+    assert not Q.claim_messages.cached_plan and not Q.queue_outlook.cached_plan
+
+
+async def test_the_two_pools_plan_as_their_statements_need(client: httpx.AsyncClient) -> None:
+    connector: Connector = client.app.state.db  # type: ignore[attr-defined]
+    assert connector.cached_engine is not None
+    async with connector.session() as session:
+        assert await session._driver.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+    async with connector.session(cached_plans=True) as session:
+        assert await session._driver.fetchval("SHOW plan_cache_mode") == "auto"

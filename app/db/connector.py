@@ -109,46 +109,60 @@ def _refused(query: Query, exc: asyncpg.PostgresError) -> Exception:
 
 
 class Connector:
-    """Sessions on the pool of one SQLAlchemy engine."""
+    """Sessions on the pools of SQLAlchemy engines: `engine`'s connections plan
+    every statement for its parameters (app/db/engine.py); `cached`'s, when
+    given, keep PostgreSQL's cached plans, for the statements marked so."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, cached: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.cached_engine = cached
         # Each statement commits on its own unless a transaction is begun on
         # the driver: no BEGIN and COMMIT round trips for single-statement work.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._cached = None if cached is None else cached.execution_options(
+            isolation_level="AUTOCOMMIT"
+        )
 
     @property
     def pool_size(self) -> int:
-        size = getattr(self.engine.pool, "size", None)
-        return int(size()) if callable(size) else 4
+        return _size(self.engine)
+
+    @property
+    def cached_pool_size(self) -> int:
+        """Connections for statements with cached plans (those of the pool when
+        there is no second one)."""
+        return _size(self.engine if self.cached_engine is None else self.cached_engine)
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[Session]:
+    async def session(self, *, cached_plans: bool = False) -> AsyncIterator[Session]:
         """A connection whose every statement is its own transaction. For work
         whose every write is one statement: a notification issued by a later
-        statement is then delivered after the write it announces is committed."""
-        async with self._checkout() as driver:
+        statement is then delivered after the write it announces is committed.
+        `cached_plans`: one of the connections for statements marked `-- plan:
+        cached`, and only those."""
+        pool = self._cached if cached_plans and self._cached is not None else self._autocommit
+        async with self._checkout(pool) as driver:
             yield Session(driver)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Session]:
         """A connection in one transaction, committed when the block ends."""
-        async with self._checkout() as driver, driver.transaction():
+        async with self._checkout(self._autocommit) as driver, driver.transaction():
             yield Session(driver)
 
     async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
         """One statement on a connection of its own."""
-        async with self.session() as session:
+        async with self.session(cached_plans=query.cached_plan) as session:
             return await session.fetch(query, params)
 
     async def ping(self) -> None:
-        async with self._checkout() as driver:
+        async with self._checkout(self._autocommit) as driver:
             await driver.fetchval("SELECT 1")
 
     @contextlib.asynccontextmanager
-    async def _checkout(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _checkout(self, pool: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
         try:
-            async with self._autocommit.connect() as conn:
+            async with pool.connect() as conn:
                 driver = await _driver(conn)
                 try:
                     yield driver
@@ -181,6 +195,11 @@ class Connector:
             raise
         except CONNECTION_ERRORS as exc:
             raise DatabaseUnavailable() from exc
+
+
+def _size(engine: AsyncEngine) -> int:
+    size = getattr(engine.pool, "size", None)
+    return int(size()) if callable(size) else 4
 
 
 async def _driver(conn: AsyncConnection) -> asyncpg.Connection:

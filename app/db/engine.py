@@ -37,6 +37,19 @@ SERVER_SETTINGS = {
     # the table's current size costs far less than one such scan.
     "plan_cache_mode": "force_custom_plan",
 }
+CACHED_PLAN_SETTINGS = {**SERVER_SETTINGS, "plan_cache_mode": "auto"}
+"""For the pool of statements marked `-- plan: cached` (app/db/queries.py):
+their plans cannot turn bad, and planning each execution was a third of
+PostgreSQL's CPU per message in the cycle (docs/performance.md)."""
+
+
+def split_pool(pool_size: int) -> tuple[int, int]:
+    """LEASEQ_POOL_SIZE as (connections planning every statement, connections
+    keeping cached plans); a pool of one is not split."""
+    if pool_size < 2:
+        return pool_size, 0
+    cached = max(1, pool_size * 2 // 5)
+    return pool_size - cached, cached
 
 
 def create_engine(
@@ -44,6 +57,7 @@ def create_engine(
     *,
     pool_size: int,
     pool_timeout: float = Settings.model_fields["pool_wait_seconds"].default,
+    cached_plans: bool = False,
 ) -> AsyncEngine:
     return create_async_engine(
         asyncpg_url(url),
@@ -53,5 +67,7 @@ def create_engine(
         # No connection free for this long means the pool is starved; failing
         # fast as 503 beats a request hanging on it (app/queue/catalog.py).
         pool_timeout=pool_timeout,
-        connect_args={"server_settings": SERVER_SETTINGS},
+        connect_args={
+            "server_settings": CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS
+        },
     )

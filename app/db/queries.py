@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_CACHED_PLAN = re.compile(r"^-- plan: cached\b", re.MULTILINE)
 
 # `:name` not after a word character, a backslash or another colon, nor before
 # a colon: `::type` casts and `a:b` in comments stay as they are.
@@ -28,6 +29,10 @@ class Query:
     """The statement in the driver's `$n` form."""
     params: tuple[str, ...]
     """The parameter names, in `$n` order."""
+    cached_plan: bool = False
+    """Marked `-- plan: cached`: a statement whose plan does not depend on its
+    parameters or the table's size (rows found by primary key, an INSERT), run
+    on connections that keep PostgreSQL's cached plans (app/db/connector.py)."""
 
 
 def parse(source: str) -> dict[str, str]:
@@ -45,7 +50,8 @@ def compile_query(name: str, text: str) -> Query:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    return Query(name=name, text=text, sql=_PARAMETER.sub(number, text), params=tuple(names))
+    return Query(name=name, text=text, sql=_PARAMETER.sub(number, text), params=tuple(names),
+                 cached_plan=_CACHED_PLAN.search(text) is not None)
 
 
 class Queries:

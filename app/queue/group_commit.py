@@ -114,7 +114,7 @@ class GroupCommit:
     async def _statement(
         self, grouped: Grouped[K, T, R], key: K, groups: list[list[T]]
     ) -> list[R]:
-        async with self._db.session() as session:
+        async with self._db.session(cached_plans=grouped.query.cached_plan) as session:
             return await run_in(session, grouped, key, groups)
 
 

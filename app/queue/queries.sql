@@ -6,6 +6,11 @@
 -- not frozen for a whole transaction. Python never supplies a timestamp, only
 -- durations in whole seconds.
 --
+-- Plans: statements run on connections that plan every execution for its
+-- parameters and the table's current size (app/db/engine.py), except those
+-- marked `-- plan: cached`, whose plan cannot turn bad (rows found by primary
+-- key, an INSERT): they run on connections that keep PostgreSQL's cached plans.
+--
 -- Notifications: pg_notify('leaseq', leaseq_notice(queue, ready, due_in)) is
 -- issued in the transaction of every write that makes a message visible sooner
 -- (the text is formatted only by that function, migration 0006); PostgreSQL
@@ -130,6 +135,7 @@ WHERE queue_id = :queue_id
   AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
 
 -- name: send_messages
+-- plan: cached (an INSERT from arrays)
 -- Inserts a batch in input order. The notification (app/queue/waiting.py:
 -- queue:ready-now:next-due-in) wakes waiting receivers once the transaction
 -- commits; every row carries the same payload, which PostgreSQL sends once.
@@ -250,6 +256,7 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
        ) AS more_now;
 
 -- name: change_visibility
+-- plan: cached (rows by primary key)
 -- Heartbeat or release, conditional on the claim: a row changes only while the
 -- handle's claim token is still the message's. A visibility timeout of 0 releases it.
 -- Returns the previous deadline too, so a change that makes a message visible
@@ -266,6 +273,7 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
           m.visible_at < before.visible_at AS sooner;
 
 -- name: give_back_claims
+-- plan: cached (rows by primary key)
 -- Undoes claims that reached no one: a grouped claim's share whose receiver
 -- stopped waiting before it was answered. Conditional on the claim like every
 -- write on a claimed message; visible again at once, and the receive the
@@ -288,6 +296,7 @@ FROM given
 HAVING count(*) > 0;
 
 -- name: notify_ready
+-- plan: cached (no table)
 -- Wakes waiting receivers of a queue once the transaction commits: `ready`
 -- messages are visible now, the next one in `due_in` seconds (NULL: none known).
 SELECT pg_notify('leaseq', leaseq_notice(:queue_id, :ready, :due_in));
@@ -315,6 +324,7 @@ RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
           m.visible_at;
 
 -- name: delete_messages
+-- plan: cached (rows by primary key)
 -- Acknowledgement, conditional on the claim.
 DELETE FROM messages AS m
 USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)

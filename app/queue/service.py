@@ -101,7 +101,7 @@ class QueueService:
         self.group = GroupCommit(
             db,
             [grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE],
-            budget=max(1, db.pool_size // 4),
+            budget=max(1, (db.cached_pool_size + 1) // 2),
         )
 
     async def ping(self) -> None:
@@ -384,7 +384,7 @@ class QueueService:
     async def _change_within_budget(
         self, queue_id: int, changes: list[Change]
     ) -> dict[int, Row]:
-        """Visibility changes share a quarter of the pool (GroupCommit's budget).
+        """Visibility changes share half of the cached-plan pool (GroupCommit's budget).
         A beat that has waited for it as long as any request may wait for a
         connection is refused, so that its worker hears in time to try again
         before the lease runs out, rather than learning nothing until after.
