@@ -22,15 +22,19 @@ import argparse
 import asyncio
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 
 from bench import cycle
-from bench._harness import Http, Service, percentile, running_service
+from bench._harness import Http, Service, free_port, percentile, running_service
 from bench.heartbeats import Heartbeats
 from bench.longpoll import database_url, send_to_receive
 
@@ -232,6 +236,11 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"  group commit, {'single' if row['rest']['batch'] == 1 else 'batch 10'}, "
                   f"16 clients: requests per statement: "
                   + ", ".join(f"{op} {value:.1f}" for op, value in grouping.items()))
+    bare = report.get("bare_floor")
+    if bare is not None:
+        print(f"uvicorn floor: a bare ASGI app, {bare['clients']} clients: "
+              f"{bare['requests_per_second']:.0f} requests/s at {bare['service_cpu_percent']:.0f}% "
+              f"of a core: {_us_per_request(bare):.0f} us of the server's CPU a request")
     floor = report["floor"]
     print(f"HTTP floor: GET /healthz (no database), {floor['clients']} clients: "
           f"{floor['requests_per_second']:.0f} requests/s, service CPU "
@@ -256,6 +265,12 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"service RSS ({report['workers']} worker(s); with several, summed with uvicorn's "
           f"supervisor and multiprocessing's helper): idle "
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
+
+
+def _us_per_request(floor: dict[str, Any]) -> float:
+    rate: float = floor["requests_per_second"]
+    percent: float = floor["service_cpu_percent"]
+    return 1e4 * percent / max(rate, 1e-9)
 
 
 def _split(result: dict[str, Any]) -> str:
@@ -292,6 +307,7 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
         report["rss_idle_mb"] = service.rss_bytes() / 2**20
         report["floor"] = cycle.floor(service.port, clients=16, seconds=seconds,
                                       processes=processes, service_cpu=service.cpu_seconds)
+        report["bare_floor"] = bare_floor(seconds=seconds, processes=processes)
         report["cycle"] = cycle_rows(service, url, seconds=seconds, clients=clients,
                                      processes=processes)
         report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,
@@ -304,6 +320,38 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
                                    "p99_ms": percentile(times, 99) * 1000, "n": len(times)}
         report["rss_peak_mb"] = service.rss_bytes(peak=True) / 2**20
     return report
+
+
+def bare_floor(*, seconds: float, processes: int) -> dict[str, float]:
+    """GET /healthz's floor measured on bench/bare_asgi.py under uvicorn (httptools,
+    uvloop, as `leaseq serve` runs): the HTTP server's own cost per request."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(port),
+         "--log-level", "warning"],
+        cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the bare ASGI server did not start") from None
+                time.sleep(0.1)
+        measured = psutil.Process(proc.pid)
+
+        def cpu() -> float:
+            times = measured.cpu_times()
+            return float(times.user + times.system)
+
+        return cycle.floor(port, clients=16, seconds=seconds, processes=processes,
+                           service_cpu=cpu)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _wait_settled(service: Service) -> None:

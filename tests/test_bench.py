@@ -30,10 +30,14 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
         "cycle", "raw", "msg/s", "rest", "msg/s", "rest/raw", "lost", "dup", "claim", "p99",
         "delete", "p99", "gen", "CPU", "svc", "CPU",
     ]
-    rows = lines[header + 1 : header + 7]
+    rows = lines[header + 1 : header + 8]
     assert [row.split(",")[0] for row in rows] == ["single"] * 2 + ["batch 10"] * 2 + [
-        "single", "batch 10"]
-    assert all("acks ride" in row for row in rows[4:])
+        "single", "batch 10", "batch 10"]
+    assert all("acks ride" in row for row in rows[4:6])
+    assert "SQS JSON" in rows[6]
+    assert any(line.startswith("  CPU per message at 16 clients, service + database")
+               for line in lines)
+    assert any(line.startswith("uvicorn floor: a bare ASGI app") for line in lines)
     assert any(line.startswith("  service CPU per message: single x1") for line in lines)
     assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
     assert any(line.startswith("send -> receive through a long poll") for line in lines)
@@ -50,8 +54,12 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
         if row["rest"]["clients"] == 16:  # the workers' cycle, acknowledgements riding
             assert row["worker"]["messages_per_second"] > 0 and row["worker"]["lost"] == 0
             assert row["worker"]["duplicated"] == 0
+            if row["rest"]["batch"] == 10:  # the SQS door's JSON protocol
+                assert row["sqs"]["messages_per_second"] > 0 and row["sqs"]["lost"] == 0
+                assert row["sqs"]["database_cpu_percent"] > 0
     (beats,) = report["heartbeats"]
     assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
     assert report["long_poll"]["n"] == 100
     assert report["floor"]["requests_per_second"] > 0
+    assert report["bare_floor"]["requests_per_second"] > 0
     assert 0 < report["rss_idle_mb"] <= report["rss_peak_mb"]

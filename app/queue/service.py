@@ -307,9 +307,13 @@ class QueueService:
         handle, visibility timeout), applied together as a receive brings them:
         each through its grouped statement, both at once. One result per entry."""
         _check_settling(delete, extend)
-        deleting = self.delete(name, delete) if delete else _nothing()
-        extending = self.change_visibility(name, extend) if extend else _nothing()
-        deleted, extended = await asyncio.gather(deleting, extending)
+        if not extend:  # the common case: no task to run both at once
+            return (await self.delete(name, delete) if delete else []), []
+        if not delete:
+            return [], await self.change_visibility(name, extend)
+        deleted, extended = await asyncio.gather(
+            self.delete(name, delete), self.change_visibility(name, extend)
+        )
         return deleted, extended
 
     async def settle_and_receive(
@@ -347,10 +351,13 @@ class QueueService:
         lease = queue.attributes.visibility_timeout if visibility_timeout is None else (
             visibility_timeout
         )
-        extending = self.change_visibility(name, extend) if extend else _nothing()
-        (received, acked), extended = await asyncio.gather(
-            self._claim_acking(queue, lease, max_messages, None, acks), extending
-        )
+        claiming = self._claim_acking(queue, lease, max_messages, None, acks)
+        if extend:
+            (received, acked), extended = await asyncio.gather(
+                claiming, self.change_visibility(name, extend)
+            )
+        else:
+            (received, acked), extended = await claiming, []
         return Settled(_acknowledged(receipts, acked), extended, received)
 
     async def change_visibility(
@@ -533,10 +540,6 @@ class QueueService:
     async def _sweep_round(self, batch: int) -> int:
         async with self._db.session() as session:
             return await session.execute(Q.sweep_expired, {"limit": batch})
-
-
-async def _nothing() -> list[Any]:
-    return []
 
 
 class Settled(NamedTuple):
