@@ -286,3 +286,16 @@ def test_the_lock_pins_every_runtime_dependency_with_hashes() -> None:
     assert "--require-hashes" in runs and "-r /tmp/requirements.lock" in runs
     copies = [c.split()[0] for c in _instruction("COPY")]
     assert copies.index("requirements.lock") < copies.index("app")
+
+
+@pytest.mark.parametrize("project", [ROOT, ROOT / "clients" / "python"])
+def test_both_distributions_say_their_license_and_classifiers(project: Path) -> None:
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "Apache-2.0"
+    for name in meta["license-files"]:
+        assert "Apache License" in (project / name).read_text()
+    assert any(c.startswith("Development Status ::") for c in meta["classifiers"])
+    assert "Programming Language :: Python :: 3.11" in meta["classifiers"]
+    # No project URLs: leaseq has no public address yet, and a made-up one would
+    # send users nowhere (docs/decisions.md).
+    assert "urls" not in meta
