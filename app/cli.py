@@ -277,6 +277,9 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         "timeout_graceful_shutdown": 5,
         "limit_concurrency": limit_concurrency,
         "timeout_keep_alive": settings.keep_alive_seconds,
+        # No `server: uvicorn` on every answer: it tells a scanner what runs here,
+        # and costs each response a header the server checks and writes.
+        "server_header": False,
     }
     if workers > 1:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]

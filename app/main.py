@@ -74,10 +74,12 @@ class LimitBodyAndCount:
             is_sqs_door(target)
         )
         max_bytes = self.send_bytes if sends else self.other_bytes
-        declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            await self._too_large(scope, send, max_bytes)
-            return
+        for name, declared in scope["headers"]:
+            if name == b"content-length":
+                if declared.isdigit() and int(declared) > max_bytes:
+                    await self._too_large(scope, send, max_bytes)
+                    return
+                break
         seen = 0
         status = 500
         started = False

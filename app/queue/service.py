@@ -560,7 +560,7 @@ def _check_receive(max_messages: int, visibility_timeout: int | None, wait: int 
 
 
 def _check_settling(delete: Sequence[str], extend: Sequence[tuple[str, int]]) -> None:
-    if set(delete) & {handle for handle, _ in extend}:
+    if delete and extend and set(delete) & {handle for handle, _ in extend}:
         raise InvalidParameter(
             "A receipt handle is either deleted or extended by one request, not both."
         )
