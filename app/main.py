@@ -234,14 +234,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first.
     app.include_router(messages.router)
-    app.serve_lean(messages.router.routes)
     app.include_router(queues.router)
     app.include_router(redrive.router)
     app.include_router(keys.router)
     app.include_router(health.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
     app.include_router(sqs.router)
-    app.serve_lean(sqs.router.routes)
+    if not settings.telemetry:
+        # FastAPI's telemetry wraps requests inside its own stack, which the lean
+        # path skips: with telemetry on, the cycle goes through FastAPI as well.
+        app.serve_lean(messages.router.routes)
+        app.serve_lean(sqs.router.routes)
     app.add_middleware(
         Guard,
         keys=lambda: getattr(app.state, "keys", None),

@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 from conftest import AppClient
-from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from support import make_queue, receive, send
 
@@ -60,25 +58,22 @@ async def test_a_method_the_lean_route_has_not_is_fastapi_s_405(
         assert listed and listed <= allowed
 
 
-async def test_a_declaration_has_no_implementation_of_its_own() -> None:
-    # Without LeanApp, FastAPI would call the declaration: it refuses, so a 2xx
-    # from a cycle route can only be its handler's.
-    for route in _served().values():
-        with pytest.raises(RuntimeError, match=r"served by app\.asgi\.lean\.LeanApp"):
-            await route.endpoint(queue="q", receipt_handle="h", body=None, query=None)
-
-
-async def test_without_the_lean_path_the_cycle_routes_fail_loudly() -> None:
-    bare = FastAPI()
-    problems.install(bare)
-    bare.include_router(messages.router)
-    transport = httpx.ASGITransport(app=bare, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://leaseq.test") as client:
-        answered = await client.delete("/v1/queues/q/messages/h")
-    assert answered.status_code == 500
+async def test_with_telemetry_fastapi_serves_the_cycle_through_the_same_handlers(
+    app_factory: AppClient,
+) -> None:
+    # FastAPI's telemetry wraps requests inside its own stack: with it on, the
+    # lean path is off and FastAPI calls the handlers the declarations name.
+    client = await app_factory(telemetry=True)
+    assert not client.app._lean  # type: ignore[attr-defined]
+    await _cycle(client)
 
 
 async def test_the_whole_cycle_is_answered_through_the_lean_path(client: httpx.AsyncClient) -> None:
+    assert client.app._lean  # type: ignore[attr-defined]
+    await _cycle(client)
+
+
+async def _cycle(client: httpx.AsyncClient) -> None:
     queue = await make_queue(client, "lean", visibility_timeout=30)
     sent = await client.post(f"/v1/queues/{queue}/messages", json={"body": "one"})
     assert sent.status_code == 201 and sent.headers["content-type"] == "application/json"
@@ -193,3 +188,31 @@ async def test_braces_and_commas_inside_strings_still_decode(client: httpx.Async
     assert sent.status_code == 200 and sent.json()["succeeded"] == 10
     got = await client.post(f"/v1/queues/{queue}/receive", json={"max": 10})
     assert sorted(m["body"] for m in got.json()["messages"]) == sorted(bodies)
+
+
+async def test_with_telemetry_a_flood_is_still_stopped_by_the_bounded_parser(
+    app_factory: AppClient,
+) -> None:
+    client = await app_factory(telemetry=True, max_batch=10)
+    queue = await make_queue(client, "flood")
+    flood = b'{"messages": [' + b",".join([b'{"body":"m"}'] * 20_000) + b"]}"
+    refused = await client.post(f"/v1/queues/{queue}/messages", content=flood, headers=JSON)
+    assert refused.status_code == 422
+    assert "stopped reading after 44 objects and numbers" in refused.json()["detail"]
+
+
+async def test_a_null_body_is_a_missing_one_and_sqs_xml_says_its_charset(
+    client: httpx.AsyncClient,
+) -> None:
+    queue = await make_queue(client, "nulls")
+    await send(client, queue)
+    (held,) = await receive(client, queue)
+    url = f"/v1/queues/{queue}/messages/{held['receipt_handle']}/visibility"
+    refused = await client.patch(url, content=b"null", headers=JSON)
+    assert refused.json()["errors"] == [{"loc": ["body"], "msg": "Field required",
+                                         "type": "missing"}]
+    listed = await client.post("/", content=b"Action=ListQueues&Version=2012-11-05",
+                               headers={"content-type": "application/x-www-form-urlencoded"})
+    assert listed.status_code == 200, listed.text
+    assert listed.headers["content-type"] == "text/xml; charset=utf-8"
+    assert listed.headers["x-amzn-requestid"]

@@ -12,8 +12,17 @@ hook in the json module; their floods stay bounded by the body limit.)
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+# Routes whose bodies hold batches: (method, path).
+_BATCH_ROUTES = re.compile(
+    r"^POST /v1/queues/[^/]+/(?:messages(?:/visibility|/delete)?|receive)$"
+)
 VALUES_PER_ENTRY = 4
 """Objects and numbers one batch entry may hold: the entry, its attributes,
 its delay (sends), its timeout (visibility changes)."""
@@ -50,3 +59,29 @@ def loads(body: bytes, *, max_values: int) -> Any:
 
     return json.loads(body, object_pairs_hook=make_object, parse_int=make_int,
                       parse_float=make_float)
+
+
+class _BoundedRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            if _BATCH_ROUTES.match(f"{self.method} {self.url.path}"):
+                max_batch: int = self.app.state.settings.max_batch
+                self._json = loads(body, max_values=VALUES_PER_ENTRY * max_batch + 4)
+            else:
+                self._json = json.loads(body)
+        return self._json
+
+
+class BoundedJsonRoute(APIRoute):
+    """A route whose batch bodies are bounded while parsed (see above), when
+    FastAPI parses them: the cycle's routes with the lean path off (telemetry
+    on). On the lean path, app/api/decoding.py bounds them itself."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(_BoundedRequest(request.scope, request.receive))
+
+        return bounded

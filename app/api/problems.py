@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.bounded_json import TooManyValues
 from app.auth.guard import BODY_METHODS, is_sqs_door
 from app.errors import (
     DatabaseUnavailable,
@@ -155,6 +156,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, TooManyValues):
+            return problem(422, "validation_error", str(exc.__cause__))
         if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
             # FastAPI answers only json.JSONDecodeError with 422; JSON it cannot
             # decode for other reasons (nested deeper than the recursion limit,

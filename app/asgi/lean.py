@@ -15,6 +15,7 @@ its protocols' shapes.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
@@ -52,21 +55,44 @@ Handler = Callable[[Call], Awaitable[Answer]]
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 def serves(handler: Handler) -> Callable[[F], F]:
-    """Marks a route declaration as served by `handler` on the lean path. The
-    declaration's body never runs: reached, it means the application is not a LeanApp."""
+    """Marks a route declaration as implemented by `handler`: served on the lean
+    path by LeanApp, or by FastAPI when the lean path is off (FastAPI's telemetry
+    on). The declaration's own body never runs; FastAPI, serving it, still checks
+    the parameters it declares, then hands the request to the same handler."""
 
     def mark(declaration: F) -> F:
         @functools.wraps(declaration)
-        async def unreachable(*_args: Any, **_kwargs: Any) -> None:
-            raise RuntimeError(
-                f"{declaration.__name__} is served by app.asgi.lean.LeanApp, "
-                "which this application is not"
-            )
+        async def endpoint(*_args: Any, _lean_request: Request, **_kwargs: Any) -> Response:
+            request = _lean_request
+            answer = await handler(Call(
+                request.scope, request.receive, dict(request.path_params),
+                request.app.state, await request.body(),
+            ))
+            return response_of(answer)
 
-        unreachable.__lean__ = handler  # type: ignore[attr-defined]
-        return unreachable  # type: ignore[return-value]
+        declared = inspect.signature(declaration)
+        endpoint.__signature__ = declared.replace(  # type: ignore[attr-defined]
+            parameters=[
+                *declared.parameters.values(),
+                inspect.Parameter("_lean_request", inspect.Parameter.KEYWORD_ONLY,
+                                  annotation=Request),
+            ],
+            return_annotation=None,
+        )
+        endpoint.__lean__ = handler  # type: ignore[attr-defined]
+        return endpoint  # type: ignore[return-value]
 
     return mark
+
+
+def response_of(answer: Answer) -> Response:
+    """An Answer as a Starlette response, for a route FastAPI serves."""
+    response = Response(answer.body, status_code=answer.status)
+    if answer.body:
+        response.headers["content-type"] = answer.media_type.decode("latin-1")
+    for name, value in answer.headers:
+        response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
+    return response
 
 
 def handler_of(route: APIRoute) -> Handler | None:

@@ -151,8 +151,11 @@ class Connector:
             return await session.fetch(query, params)
 
     async def ping(self) -> None:
-        async with self._checkout(self.engine) as driver:
-            await driver.fetchval("SELECT 1")
+        """A statement on each pool."""
+        for engine in (self.engine, self.cached_engine):
+            if engine is not None:
+                async with self._checkout(engine) as driver:
+                    await driver.fetchval("SELECT 1")
 
     @contextlib.asynccontextmanager
     async def _checkout(self, pool: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:

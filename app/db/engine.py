@@ -45,10 +45,11 @@ PostgreSQL's CPU per message in the cycle (docs/performance.md)."""
 
 def split_pool(pool_size: int) -> tuple[int, int]:
     """LEASEQ_POOL_SIZE as (connections planning every statement, connections
-    keeping cached plans); a pool of one is not split."""
-    if pool_size < 2:
+    keeping cached plans): half each. A pool under four is not split: a pool of
+    one for sends, deletes and heartbeats could be taken whole by heartbeats."""
+    if pool_size < 4:
         return pool_size, 0
-    cached = max(1, pool_size * 2 // 5)
+    cached = pool_size // 2
     return pool_size - cached, cached
 
 

@@ -101,7 +101,7 @@ class QueueService:
         self.group = GroupCommit(
             db,
             [grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE],
-            budget=max(1, (db.cached_pool_size + 1) // 2),
+            budget=max(1, db.cached_pool_size * 2 // 5),
         )
 
     async def ping(self) -> None:
@@ -327,17 +327,20 @@ class QueueService:
         wait: int | None = None,
         gone: Gone | None = None,
     ) -> Settled:
-        """A worker's receive: settle (see above), then receive. Applied and
-        committed before the claim, or, for a short poll of a known queue, by
-        the claim's own statement: the acknowledgements deleted and the
-        messages claimed in one statement (claim_messages)."""
+        """A worker's receive: settle (see above), then receive, the
+        acknowledgements and extensions applied and committed before the claim;
+        for a short poll of a known queue that extends nothing, by the claim's
+        own statement: the acknowledgements deleted and the messages claimed in
+        one statement (claim_messages)."""
         _check_receive(max_messages, visibility_timeout, wait)
         _check_settling(delete, extend)
         queue = self.queues.cached(name)
-        short = queue is not None and (
-            queue.attributes.receive_wait if wait is None else wait
-        ) == 0
-        if queue is None or not short or not delete or (gone is not None and gone.is_set()):
+        one_statement = (
+            queue is not None and bool(delete) and not extend
+            and (queue.attributes.receive_wait if wait is None else wait) == 0
+            and not (gone is not None and gone.is_set())
+        )
+        if queue is None or not one_statement:
             deleted, extended = await self.settle(name, delete, extend)
             received = await self.receive(
                 name, max_messages=max_messages, visibility_timeout=visibility_timeout,
@@ -351,14 +354,8 @@ class QueueService:
         lease = queue.attributes.visibility_timeout if visibility_timeout is None else (
             visibility_timeout
         )
-        claiming = self._claim_acking(queue, lease, max_messages, None, acks)
-        if extend:
-            (received, acked), extended = await asyncio.gather(
-                claiming, self.change_visibility(name, extend)
-            )
-        else:
-            (received, acked), extended = await claiming, []
-        return Settled(_acknowledged(receipts, acked), extended, received)
+        received, acked = await self._claim_acking(queue, lease, max_messages, None, acks)
+        return Settled(_acknowledged(receipts, acked), [], received)
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -391,7 +388,7 @@ class QueueService:
     async def _change_within_budget(
         self, queue_id: int, changes: list[Change]
     ) -> dict[int, Row]:
-        """Visibility changes share half of the cached-plan pool (GroupCommit's budget).
+        """Visibility changes share two fifths of their pool (GroupCommit's budget).
         A beat that has waited for it as long as any request may wait for a
         connection is refused, so that its worker hears in time to try again
         before the lease runs out, rather than learning nothing until after.

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope
 
 from app.asgi.disconnect import client_gone
-from app.asgi.lean import Answer, Call, serves
+from app.asgi.lean import Answer, Call, response_of, serves
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
 from app.config import Settings
@@ -49,11 +49,13 @@ class _Request:
         self.query: str = scope.get("query_string", b"").decode("latin-1")
 
     def base_url(self) -> str:
+        scheme = self.scope.get("scheme", "http")
         host = self.headers.get("host")
-        if host is None:
-            server = self.scope.get("server") or ("localhost", 80)
-            host = f"{server[0]}:{server[1]}"
-        return f"{self.scope.get('scheme', 'http')}://{host}"
+        if host is None:  # HTTP/1.0: the address the request came in on
+            name, port = self.scope.get("server") or ("localhost", 80)
+            default = {"http": 80, "https": 443}.get(scheme)
+            host = name if port == default else f"{name}:{port}"
+        return f"{scheme}://{host}"
 
 
 async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
@@ -134,7 +136,7 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
 
 
 _JSON = protocol.JSON_CONTENT_TYPE.encode()
-_XML = protocol.XML_CONTENT_TYPE.encode()
+_XML = f"{protocol.XML_CONTENT_TYPE}; charset=utf-8".encode()  # as Starlette says text
 
 
 def _error(error: SqsError, is_json: bool, request_id: str) -> Answer:
@@ -145,14 +147,6 @@ def _error(error: SqsError, is_json: bool, request_id: str) -> Answer:
                        for k, v in extra.items())
         return Answer(error.status, content, _JSON, tuple(headers))
     return Answer(error.status, protocol.xml_error(error, request_id), _XML, tuple(headers))
-
-
-def _response(answer: Answer) -> Response:
-    response = Response(answer.body, status_code=answer.status,
-                        media_type=answer.media_type.decode())
-    for name, value in answer.headers:
-        response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
-    return response
 
 
 async def _serve_root(call: Call) -> Answer:
@@ -172,9 +166,9 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
     if not _ACCOUNT.fullmatch(account):
         raise StarletteHTTPException(404, "Not Found")
     if account != settings.sqs_account_id:
-        return _response(_error(
+        return response_of(_error(
             SqsError("QueueDoesNotExist", "The specified queue does not exist."),
             request.headers.get("x-amz-target") is not None, str(uuid.uuid4()),
         ))
     body = await request.body()
-    return _response(await _handle(_Request(request.scope, request.receive, body), queue))
+    return response_of(await _handle(_Request(request.scope, request.receive, body), queue))

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, status
 
 from app.api import cycle
+from app.api.bounded_json import BoundedJsonRoute
 from app.api.deps import ServiceDep
 from app.api.problems import responses
 from app.api.schemas import (
@@ -35,7 +36,9 @@ from app.api.schemas import (
 )
 from app.asgi.lean import serves
 
-router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
+router = APIRouter(
+    prefix="/v1/queues/{queue}", tags=["messages"], route_class=BoundedJsonRoute
+)
 
 
 @router.post(
