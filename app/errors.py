@@ -8,7 +8,8 @@
      │    ├── InvalidReceiptHandle   forged, garbled, or for another queue
      │    ├── MessageTooLarge
      │    ├── InvalidParameter       a value outside its documented limits
-     │    │    └── TooManyTags        more tags than a queue may have
+     │    │    ├── TooManyTags        more tags than a queue may have
+     │    │    └── MissingParameter   a parameter the queue needs is missing (a FIFO group)
      │    ├── InvalidRedrivePolicy   a dead-letter queue that is missing or the queue itself
      │    ├── QueueInUse             named as another queue's dead-letter queue
      │    ├── TaskNotFound           no such redrive task
@@ -69,6 +70,15 @@ class InvalidParameter(QueueError):
 
 class TooManyTags(InvalidParameter):
     """A queue has at most 50 tags."""
+
+
+class MissingParameter(InvalidParameter):
+    """A parameter this queue needs is missing."""
+
+    def __init__(self, parameter: str, detail: str | None = None) -> None:
+        super().__init__(detail)
+        self.parameter = parameter
+        """The parameter's REST name (`group`, `deduplication_id`)."""
 
 
 class InvalidRedrivePolicy(QueueError):

@@ -33,6 +33,20 @@ async def receive(
     return messages
 
 
+async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
+    """Until `count` receivers are waiting on `queue` in this client's app."""
+    app: Any = client.app  # type: ignore[attr-defined]
+    queue_id = await queue_id_of(client, queue)
+    await wait_until(lambda: app.state.hub.parked(queue_id) >= count)
+
+
+async def queue_id_of(client: httpx.AsyncClient, queue: str) -> int:
+    app: Any = client.app  # type: ignore[attr-defined]
+    async with app.state.db.engine.connect() as conn:
+        result = await conn.exec_driver_sql("SELECT id FROM queues WHERE name = $1", (queue,))
+        return int(result.scalar_one())
+
+
 async def db_now(db: asyncpg.Connection) -> Any:
     return await db.fetchval("SELECT clock_timestamp()")
 

@@ -11,21 +11,7 @@ from typing import Any
 import asyncpg
 import httpx
 from conftest import AppClient
-from support import make_queue, receive, send, wait_until
-
-
-async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
-    """Until `count` receivers are waiting on `queue` in this client's app."""
-    app: Any = client.app  # type: ignore[attr-defined]
-    queue_id = await _queue_id(client, queue)
-    await wait_until(lambda: app.state.hub.parked(queue_id) >= count)
-
-
-async def _queue_id(client: httpx.AsyncClient, queue: str) -> int:
-    app: Any = client.app  # type: ignore[attr-defined]
-    async with app.state.db.engine.connect() as conn:
-        result = await conn.exec_driver_sql("SELECT id FROM queues WHERE name = $1", (queue,))
-        return int(result.scalar_one())
+from support import make_queue, parked, queue_id_of, receive, send, wait_until
 
 
 async def timed_receive(client: httpx.AsyncClient, queue: str, **params: Any) -> tuple[
@@ -156,7 +142,7 @@ async def test_one_message_wakes_one_waiter_not_the_herd(client: httpx.AsyncClie
     done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     assert [m["message_id"] for t in done for m in t.result()] == [first]
     assert hub.wakeups - before == 1
-    assert hub.parked(await _queue_id(client, queue)) == 19
+    assert hub.parked(await queue_id_of(client, queue)) == 19
     # A batch of five wakes five more; each gets exactly one message.
     response = await client.post(
         f"/v1/queues/{queue}/messages", json={"messages": [{"body": str(i)} for i in range(5)]}
@@ -205,7 +191,7 @@ async def test_long_polls_on_a_known_empty_queue_still_wake_on_send(
     queue = await make_queue(here)
     hub: Any = here.app.state.hub  # type: ignore[attr-defined]
     assert await receive(here, queue, wait=1) == []  # looks, finds nothing
-    queue_id = await _queue_id(here, queue)
+    queue_id = await queue_id_of(here, queue)
     assert hub.quiet_for(queue_id) is not None
     waiters = [asyncio.create_task(timed_receive(here, queue, wait=20)) for _ in range(3)]
     await parked(here, queue, 3)

@@ -101,8 +101,12 @@ def test_every_parameter_is_one_of_the_statement_not_of_its_comments() -> None:
 def test_only_statements_whose_plan_cannot_turn_bad_keep_cached_plans() -> None:
     cached = {query.name for query in Q if query.cached_plan}
     assert cached == {"send_messages", "delete_messages", "change_visibility",
-                      "give_back_claims", "notify_ready"}
+                      "give_back_claims", "notify_ready",
+                      "send_fifo_messages", "delete_fifo_messages", "change_fifo_visibility",
+                      "give_back_fifo_claims", "replay_receive_attempt",
+                      "record_receive_attempt"}
     assert not Q.claim_messages.cached_plan and not Q.queue_outlook.cached_plan
+    assert not Q.claim_fifo_messages.cached_plan and not Q.fifo_outlook.cached_plan
 
 
 async def test_the_two_pools_plan_as_their_statements_need(client: httpx.AsyncClient) -> None:

@@ -58,7 +58,8 @@ async def send(call: Call) -> Answer:
         call.params["queue"],
         [
             OutgoingMessage(
-                body=e.body, attributes=e.attributes, delay=e.delay, not_before=e.not_before
+                body=e.body, attributes=e.attributes, delay=e.delay, not_before=e.not_before,
+                group_id=e.group, deduplication_id=e.deduplication_id,
             )
             for e in entries
         ],
@@ -67,10 +68,14 @@ async def send(call: Call) -> Answer:
         (result,) = results
         if isinstance(result, EntryError):
             raise result.error
-        return _sent(SentOut(message_id=result.message_id, sent_at=result.sent_at))
+        return _sent(SentOut(message_id=result.message_id, sent_at=result.sent_at,
+                             sequence_number=result.sequence_number))
     return _batch(BatchResults.of([
         entry_error(r.error) if isinstance(r, EntryError)
         else {"ok": True, "message_id": r.message_id, "sent_at": r.sent_at}
+        if r.sequence_number is None
+        else {"ok": True, "message_id": r.message_id, "sent_at": r.sent_at,
+              "sequence_number": r.sequence_number}
         for r in results
     ]))
 
@@ -111,14 +116,19 @@ async def receive_and_settle(call: Call) -> Answer:
 
 
 def _received(m: ReceivedMessage) -> dict[str, Any]:
-    # ReceivedOut's fields, in its order (app/api/schemas.py).
-    return {
+    # ReceivedOut's fields, in its order (app/api/schemas.py); FIFO's only on FIFO.
+    out = {
         "message_id": m.message_id, "body": m.body, "attributes": m.attributes,
         "receipt_handle": m.receipt_handle, "receive_count": m.receive_count,
         "fencing_token": m.fencing_token, "lease_seconds": m.visibility_timeout,
         "lease_expires_at": m.lease_expires_at, "sent_at": m.sent_at,
         "first_received_at": m.first_received_at, "checkpoint": m.checkpoint,
     }
+    if m.group_id is not None:
+        out["group"] = m.group_id
+        out["sequence_number"] = m.sequence_number
+        out["deduplication_id"] = m.deduplication_id
+    return out
 
 
 def _deleted(results: list[EntryError | None]) -> list[dict[str, Any]]:

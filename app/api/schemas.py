@@ -6,7 +6,7 @@ import json
 import math
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -107,7 +107,10 @@ def _ranged(bounds: tuple[int, int]) -> Any:
 
 
 QueueName = Annotated[str, StringConstraints(pattern=limits.QUEUE_NAME.pattern)]
-QueueNameOrEmpty = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,80}$")]
+QueueNameOrEmpty = Annotated[
+    str, StringConstraints(pattern=r"^(?:[A-Za-z0-9_-]{0,80}|[A-Za-z0-9_-]{1,75}\.fifo)$")
+]
+FifoId = Annotated[str, StringConstraints(pattern=limits.FIFO_ID.pattern)]
 Body = Annotated[str, Field(min_length=1), AfterValidator(_sqs_text)]
 Attributes = Annotated[dict[str, str], AfterValidator(_attribute_map)]
 Cursor = Annotated[Any, AfterValidator(_storable_json)]
@@ -148,6 +151,24 @@ class QueueAttributesIn(_Strict):
     retry_backoff: RetryBackoffIn | None = Field(
         default=None, description="Retry ladder for releases; null in a PATCH removes it."
     )
+    fifo: bool | None = Field(
+        default=None, strict=True,
+        description="A FIFO queue (fixed when the queue is created; its name ends in "
+        "\".fifo\", and only a FIFO queue's does): messages of one group are delivered in "
+        "send order, one batch of a group in flight at a time, deduplicated for five minutes.",
+    )
+    content_based_deduplication: bool | None = Field(
+        default=None, strict=True,
+        description="FIFO: a message sent without a deduplication_id is deduplicated by "
+        "the SHA-256 of its body.",
+    )
+    deduplication_scope: Literal["queue", "message_group"] | None = Field(
+        default=None, description="FIFO: deduplication ids are unique per queue or per group.",
+    )
+    fifo_throughput_limit: Literal["per_queue", "per_message_group_id"] | None = Field(
+        default=None,
+        description="FIFO: stored and returned as SQS has it; leaseq sets no throughput limit.",
+    )
 
     def changes(self) -> dict[str, Any]:
         """The attributes given. Null means "not given", except for the removable
@@ -182,6 +203,10 @@ class QueueAttributesOut(BaseModel):
     dead_letter_queue: str | None
     max_receive_count: int | None
     retry_backoff: RetryBackoffOut | None
+    fifo: bool
+    content_based_deduplication: bool
+    deduplication_scope: str
+    fifo_throughput_limit: str
 
 
 class StatsOut(BaseModel):
@@ -238,6 +263,17 @@ class MessageIn(_Strict):
         "From 1970-01-01 to before 9000-01-01 (UTC). Not together with delay.",
     )
     attributes: Attributes = Field(default_factory=dict)
+    group: FifoId | None = Field(
+        default=None,
+        description="FIFO queues (required there): the message group. A group's messages "
+        "are delivered in send order.",
+    )
+    deduplication_id: FifoId | None = Field(
+        default=None,
+        description="FIFO queues: a send with an id accepted in the last five minutes is "
+        "answered with the first message's id and stores nothing. Required unless the "
+        "queue has content_based_deduplication.",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> MessageIn:
@@ -264,6 +300,10 @@ SendIn = Annotated[
 class SentOut(BaseModel):
     message_id: str
     sent_at: datetime
+    sequence_number: str | None = Field(
+        default=None, description="FIFO queues: the message's place in the queue, strictly "
+        "increasing (a duplicate's is the first message's)."
+    )
 
 
 class BatchResults(BaseModel):
@@ -292,10 +332,14 @@ class ReceivedOut(BaseModel):
     sent_at: datetime
     first_received_at: datetime
     checkpoint: Any
+    group: str | None = Field(default=None, description="FIFO queues: the message group.")
+    sequence_number: str | None = Field(default=None, description="FIFO queues.")
+    deduplication_id: str | None = Field(default=None, description="FIFO queues.")
 
     @classmethod
     def of(cls, message: ReceivedMessage) -> ReceivedOut:
-        return cls(**message.__dict__, lease_seconds=message.visibility_timeout)
+        values = {k: v for k, v in message.__dict__.items() if k in cls.model_fields}
+        return cls(**values, lease_seconds=message.visibility_timeout, group=message.group_id)
 
 
 class ReceiveOut(BaseModel):

@@ -25,6 +25,12 @@ NUMERIC: dict[str, tuple[int, int]] = {
     "max_message_bytes": limits.MAX_MESSAGE_BYTES,
 }
 REMOVABLE = ("dead_letter_queue", "max_receive_count", "retry_backoff")
+# What only a FIFO queue has; `fifo` itself is fixed when the queue is created.
+FIFO_ONLY: dict[str, tuple[Any, ...]] = {
+    "content_based_deduplication": (True, False),
+    "deduplication_scope": limits.DEDUPLICATION_SCOPES,
+    "fifo_throughput_limit": limits.FIFO_THROUGHPUT_LIMITS,
+}
 
 DEFAULT = QueueAttributes(
     visibility_timeout=limits.DEFAULTS["visibility_timeout"],
@@ -50,9 +56,26 @@ def _check_backoff(backoff: RetryBackoff) -> None:
 
 def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttributes:
     """The attributes after `changes`, checked; `current` None means a new queue."""
-    unknown = set(changes) - set(NUMERIC) - set(REMOVABLE)
+    unknown = set(changes) - set(NUMERIC) - set(REMOVABLE) - set(FIFO_ONLY) - {"fifo"}
     if unknown:
         raise InvalidParameter(f"unknown queue attributes: {', '.join(sorted(unknown))}")
+    fifo = (current or DEFAULT).fifo
+    if "fifo" in changes and changes["fifo"] is not None:
+        if current is not None and changes["fifo"] != current.fifo:
+            raise InvalidParameter(
+                "fifo is fixed when a queue is created: create a new queue instead."
+            )
+        fifo = bool(changes["fifo"])
+    for name, allowed in FIFO_ONLY.items():
+        value = changes.get(name)
+        if value is None:
+            continue
+        if not fifo:
+            raise InvalidParameter(f"{name} is for FIFO queues only.")
+        if value not in allowed:
+            raise InvalidParameter(
+                f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}"
+            )
     for name, bounds in NUMERIC.items():
         value = changes.get(name)
         if value is not None and not bounds[0] <= value <= bounds[1]:
@@ -61,7 +84,11 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
             )
     merged = replace(
         current or DEFAULT,
-        **{k: v for k, v in changes.items() if k in NUMERIC and v is not None},
+        fifo=fifo,
+        **{
+            k: v for k, v in changes.items()
+            if (k in NUMERIC or k in FIFO_ONLY) and v is not None
+        },
     )
     if "retry_backoff" in changes:
         backoff = changes["retry_backoff"]
@@ -104,13 +131,19 @@ async def sql_values(
             raise InvalidRedrivePolicy(
                 f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."
             )
-        dead_letter_queue_id = await session.fetchval(
+        target = await session.fetchrow(
             Q.queue_id_by_name, {"name": attributes.dead_letter_queue}
         )
-        if dead_letter_queue_id is None:
+        if target is None:
             raise InvalidRedrivePolicy(
                 f"Dead-letter queue {attributes.dead_letter_queue!r} does not exist."
             )
+        if target["fifo"] != attributes.fifo:
+            raise InvalidRedrivePolicy(
+                "A dead-letter queue must be of the same type as its source: a FIFO "
+                "queue's a FIFO queue, a standard queue's a standard one."
+            )
+        dead_letter_queue_id = target["id"]
     backoff = attributes.retry_backoff
     return {
         **{name: getattr(attributes, name) for name in NUMERIC},
@@ -120,4 +153,6 @@ async def sql_values(
         "retry_multiplier": backoff.multiplier if backoff else None,
         "retry_max": backoff.max if backoff else None,
         "retry_jitter": backoff.jitter if backoff else None,
+        "fifo": attributes.fifo,
+        **{name: getattr(attributes, name) for name in FIFO_ONLY},
     }

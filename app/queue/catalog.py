@@ -55,6 +55,10 @@ def _queue_from_row(row: Row) -> Queue:
             dead_letter_queue=row["dead_letter_queue"],
             max_receive_count=row["max_receive_count"],
             retry_backoff=backoff,
+            fifo=row["fifo"],
+            content_based_deduplication=row["content_based_deduplication"],
+            deduplication_scope=row["deduplication_scope"],
+            fifo_throughput_limit=row["fifo_throughput_limit"],
         ),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -134,8 +138,17 @@ class QueueCatalog:
         """Create a queue; (queue, created). Same name and attributes is not an error (SQS).
         `tags` are given to a queue this creates (an existing one keeps its own, as SQS)."""
         if not limits.is_queue_name(name):
-            raise InvalidParameter("Queue names are 1-80 letters, digits, '-' or '_'.")
+            raise InvalidParameter(
+                "Queue names are 1-80 letters, digits, '-' or '_'; a FIFO queue's end in "
+                "'.fifo' (and only a FIFO queue's)."
+            )
         wanted = attributes.merge(None, changes)
+        if wanted.fifo != name.endswith(limits.FIFO_SUFFIX):
+            raise InvalidParameter(
+                f"A FIFO queue's name must end in {limits.FIFO_SUFFIX!r}." if wanted.fifo
+                else f"Only a FIFO queue's name may end in {limits.FIFO_SUFFIX!r}: create it "
+                f"with fifo true."
+            )
         _check_tags(tags or {})
         async with self._db.transaction() as session:
             values = await attributes.sql_values(session, name, wanted)
@@ -243,7 +256,12 @@ class QueueCatalog:
     async def purge(self, name: str) -> int:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
-            return await session.execute(Q.purge_queue, {"queue_id": queue.id})
+            purged = await session.execute(Q.purge_queue, {"queue_id": queue.id})
+            if queue.attributes.fifo:
+                # Their groups are left for the claims to find empty (a send may
+                # be putting a message into one of them right now).
+                await session.execute(Q.touch_groups, {"queue_id": queue.id, "ids": None})
+            return purged
 
 
 async def _announce_change(session: Session, queue_id: int) -> None:

@@ -243,3 +243,152 @@ CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(
     budgeted=True,
 )
 """Row -> its changed row, for the rows whose claim held."""
+
+
+# -- FIFO queues ----------------------------------------------------------------
+
+
+class FifoOutgoing(NamedTuple):
+    """A validated message for a FIFO queue, as send_fifo_messages takes it."""
+
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    group_id: str
+    scope: str  # "" when deduplication is per queue, else the group
+    deduplication_id: str
+
+
+FifoSendKey = tuple[int, int]  # queue id, the queue's delay
+
+
+def _first_of_each(flat: list[FifoOutgoing]) -> tuple[list[FifoOutgoing], list[int]]:
+    """The messages a statement sends (the first of each deduplication id: one
+    statement may not write one deduplication row twice), and for each message
+    the index of the one that stands for it."""
+    firsts: dict[tuple[str, str], int] = {}
+    unique: list[FifoOutgoing] = []
+    index: list[int] = []
+    for message in flat:
+        key = (message.scope, message.deduplication_id)
+        if key not in firsts:
+            firsts[key] = len(unique)
+            unique.append(message)
+        index.append(firsts[key])
+    return unique, index
+
+
+def _fifo_send_params(key: FifoSendKey, flat: list[FifoOutgoing]) -> Mapping[str, Any]:
+    queue_id, delay = key
+    unique, _ = _first_of_each(flat)
+    return {
+        "queue_id": queue_id,
+        "delay": delay,
+        "bodies": [m.body for m in unique],
+        "attributes": [m.attributes for m in unique],
+        "attribute_types": [m.attribute_types for m in unique],
+        "sender_ids": [m.sender_id for m in unique],
+        "group_ids": [m.group_id for m in unique],
+        "scopes": [m.scope for m in unique],
+        "deduplication_ids": [m.deduplication_id for m in unique],
+    }
+
+
+def _fifo_send_share(rows: list[Row], groups: list[list[FifoOutgoing]]) -> list[list[Row]]:
+    _, index = _first_of_each([m for group in groups for m in group])
+    flat_rows = [rows[i] for i in index]
+    return _in_order(flat_rows, groups)
+
+
+SEND_FIFO: Grouped[FifoSendKey, FifoOutgoing, list[Row]] = Grouped(
+    name="send_fifo",
+    query=Q.send_fifo_messages,
+    params=_fifo_send_params,
+    share=_fifo_send_share,
+    limit=GROUP_SEND_BYTES,
+    weigh=lambda items: sum(len(m.body) + len(m.attributes) + 64 for m in items),
+)
+"""Durable on return; a row per message: the one stored, or the one its
+deduplication id named (`stored` false)."""
+
+
+def fifo_claim_params(
+    queue: Queue, visibility_timeout: int, takes: list[Take]
+) -> dict[str, Any]:
+    wants = [take.wanted for take in takes]
+    return {
+        "queue_id": queue.id,
+        "visibility_timeout": visibility_timeout,
+        "retention": queue.attributes.message_retention,
+        "wants": wants,
+        # Each receiver but the last takes one group, the last as many as it
+        # wants messages; a few more for groups that turn out not claimable.
+        "lock_groups": len(wants) - 1 + wants[-1] + 10,
+        "dead_letter_queue_id": queue.dead_letter_queue_id,
+        "max_receive_count": queue.attributes.max_receive_count,
+    }
+
+
+def _fifo_claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
+    dead = int(rows[0]["dead"])
+    claimed = sorted(
+        (row for row in rows if row["id"] is not None),
+        key=lambda row: (row["group_rank"], row["sequence_number"]),
+    )
+    return [
+        Claimed([row for row in claimed if row["receiver"] == number], dead)
+        for number in range(1, len(groups) + 1)
+    ]
+
+
+def give_back_fifo(queue: Queue, rows: list[Row]) -> Statement | None:
+    """give_back for a FIFO queue's claims (give_back_fifo_claims)."""
+    if not rows:
+        return None
+    return Q.give_back_fifo_claims, {
+        "queue_id": queue.id,
+        "ids": [row["id"] for row in rows],
+        "tokens": [row["claim_token"] for row in rows],
+    }
+
+
+CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
+    name="claim_fifo",
+    query=Q.claim_fifo_messages,
+    params=lambda key, takes: fifo_claim_params(key[0], key[1], takes),
+    share=_fifo_claim_share,
+    limit=GROUP_ITEMS,
+    weigh=lambda takes: sum(take.wanted for take in takes),
+    then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
+    undo=lambda key, share: give_back_fifo(key[0], share.rows),
+)
+"""A FIFO claim's takes carry no acknowledgements: they are settled first."""
+
+DELETE_FIFO: Grouped[int, Handle, set[int]] = Grouped(
+    name="delete_fifo",
+    query=Q.delete_fifo_messages,
+    params=DELETE.params,
+    share=_delete_share,
+    limit=GROUP_ITEMS,
+    rows=lambda h: (h.row,),
+)
+
+CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
+    name="change_fifo_visibility",
+    query=Q.change_fifo_visibility,
+    params=CHANGE.params,
+    share=_change_share,
+    limit=GROUP_ITEMS,
+    rows=lambda c: (c.row,),
+    then=_change_notice,
+    budgeted=True,
+)
+
+
+def fifo_send_notice(queue_id: int, delay: int, rows: list[Row]) -> Ready:
+    """What send_fifo_messages announced (in SQL) of these rows."""
+    stored = sum(1 for row in rows if row["stored"])
+    if delay > 0:
+        return Ready(queue_id, 0, float(delay) if stored else None)
+    return Ready(queue_id, stored)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import re
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+# A FIFO queue's name ends in ".fifo", and only a FIFO queue's (SQS's rule).
+QUEUE_NAME = re.compile(r"^(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)$")
+FIFO_SUFFIX = ".fifo"
+# Message group and deduplication ids (SQS): 1-128 letters, digits and punctuation.
+FIFO_ID = re.compile(r"^[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}$")
+DEDUPLICATION_SECONDS = 300  # the window of a deduplication id and a receive attempt
+DEDUPLICATION_SCOPES = ("queue", "message_group")
+FIFO_THROUGHPUT_LIMITS = ("per_queue", "per_message_group_id")
 
 VISIBILITY_TIMEOUT = (0, 43_200)  # seconds; 12 hours
 MESSAGE_RETENTION = (60, 1_209_600)  # seconds; 1 minute .. 14 days

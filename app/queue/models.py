@@ -30,6 +30,11 @@ class QueueAttributes:
     dead_letter_queue: str | None = None
     max_receive_count: int | None = None
     retry_backoff: RetryBackoff | None = None
+    # FIFO (fixed when the queue is created) and what only FIFO queues have.
+    fifo: bool = False
+    content_based_deduplication: bool = False
+    deduplication_scope: str = "queue"  # or "message_group"
+    fifo_throughput_limit: str = "per_queue"  # or "per_message_group_id"
 
 
 @dataclass(frozen=True)
@@ -70,12 +75,15 @@ class OutgoingMessage:
     # Typed attributes (the SQS front door); when given, `attributes` is ignored.
     typed_attributes: dict[str, MessageAttribute] | None = None
     sender_id: str | None = None
+    group_id: str | None = None  # FIFO: required there, refused elsewhere
+    deduplication_id: str | None = None  # FIFO: else the body's SHA-256, if the queue says so
 
 
 @dataclass(frozen=True)
 class SentMessage:
     message_id: str
     sent_at: datetime
+    sequence_number: str | None = None  # FIFO queues
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,9 @@ class ReceivedMessage:
     # Every attribute with its type: `attributes` as String ones, plus the typed.
     typed_attributes: dict[str, MessageAttribute] = field(default_factory=dict)
     sender_id: str | None = None
+    group_id: str | None = None  # FIFO queues
+    sequence_number: str | None = None
+    deduplication_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,17 +21,21 @@
 WITH created AS (
     INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
                         max_message_bytes, dead_letter_queue_id, max_receive_count,
-                        retry_initial, retry_multiplier, retry_max, retry_jitter, tags)
+                        retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
+                        fifo, content_based_deduplication, deduplication_scope,
+                        fifo_throughput_limit)
     VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
             :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
-            CAST(:tags AS jsonb))
+            CAST(:tags AS jsonb), :fifo, :content_based_deduplication, :deduplication_scope,
+            :fifo_throughput_limit)
     ON CONFLICT (name) DO NOTHING
     RETURNING *
 )
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.created_at, q.updated_at
 FROM created AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
@@ -41,6 +45,7 @@ LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -51,6 +56,7 @@ WHERE q.name = :name;
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -58,15 +64,16 @@ WHERE q.name = :name
 FOR UPDATE OF q;
 
 -- name: queue_id_by_name
--- A queue's id, to resolve a dead-letter queue named in a redrive policy;
--- FOR SHARE keeps it from being deleted before the policy is committed.
-SELECT id FROM queues WHERE name = :name FOR SHARE;
+-- A queue's id and type, to resolve a dead-letter queue named in a redrive
+-- policy; FOR SHARE keeps it from being deleted before the policy is committed.
+SELECT id, fifo FROM queues WHERE name = :name FOR SHARE;
 
 -- name: list_queues
 -- Queues whose name starts with a prefix, in name order, one page after a name.
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -89,6 +96,9 @@ WITH updated AS (
         retry_multiplier     = :retry_multiplier,
         retry_max            = :retry_max,
         retry_jitter         = :retry_jitter,
+        content_based_deduplication = :content_based_deduplication,
+        deduplication_scope  = :deduplication_scope,
+        fifo_throughput_limit = :fifo_throughput_limit,
         updated_at           = statement_timestamp()
     WHERE id = :id
     RETURNING *
@@ -96,6 +106,7 @@ WITH updated AS (
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.created_at, q.updated_at
 FROM updated AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
@@ -431,12 +442,15 @@ RETURNING id, max_per_second;
 -- their source queue (or the task's destination), with a fresh receive count,
 -- and counts them on the task, all in one transaction: a crash rolls back a
 -- whole batch, so nothing is lost or duplicated. Messages being inspected
--- (in flight) wait for a later batch; ones with nowhere to go stay.
+-- (in flight) wait for a later batch; ones with nowhere to go stay. A FIFO
+-- message goes to the end of its group there, with a new sequence number
+-- taken once the group's row is locked (as a send takes it).
 WITH task AS (
     SELECT * FROM redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
 ),
 batch AS (
-    SELECT m.id, coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination
+    SELECT m.id, m.group_id,
+           coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination
     FROM messages AS m, task
     WHERE m.queue_id = task.source_queue_id
       AND m.visible_at <= statement_timestamp()
@@ -444,6 +458,16 @@ batch AS (
     ORDER BY m.id
     LIMIT :batch
     FOR UPDATE OF m SKIP LOCKED
+),
+destination_groups AS (
+    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    SELECT d.destination, d.group_id, statement_timestamp()
+    FROM (SELECT DISTINCT destination, group_id FROM batch WHERE group_id IS NOT NULL) AS d
+    ORDER BY d.destination, d.group_id
+    ON CONFLICT (queue_id, group_id) DO UPDATE
+    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
+        version    = g.version + 1
+    RETURNING g.queue_id, g.group_id
 ),
 moved AS (
     UPDATE messages AS m
@@ -454,8 +478,12 @@ moved AS (
         fencing_token = NULL,
         leased = false,
         first_received_at = NULL,
-        visible_at = statement_timestamp()
+        visible_at = statement_timestamp(),
+        sequence_number = CASE WHEN g.group_id IS NULL THEN NULL
+                               ELSE nextval('message_sequence') END
     FROM batch
+    LEFT JOIN destination_groups AS g
+           ON g.queue_id = batch.destination AND g.group_id = batch.group_id
     WHERE m.id = batch.id
     RETURNING m.queue_id
 ),
@@ -496,3 +524,467 @@ SELECT pg_advisory_unlock(hashtext('leaseq: vacuum messages'));
 
 -- name: vacuum_messages
 VACUUM (ANALYZE) messages;
+
+-- FIFO queues -------------------------------------------------------------
+--
+-- A FIFO queue's messages belong to message groups. A group has a row in
+-- message_groups, which a claim locks (FOR NO KEY UPDATE SKIP LOCKED): two
+-- receivers never take one group. Its `visible_at` is a lower bound of when
+-- the group can next be claimed -- never later, so that no group stalls; a
+-- claim that finds it early corrects it. Every write that can make a group
+-- claimable sooner (an acknowledgement, a release, a shorter lease) or give
+-- it a message (a send, a dead-lettering, a redrive) lowers it and moves the
+-- row's `version` on, in the same statement: a claim trusts what its
+-- snapshot shows of a group (empty, in flight until t, next message due at
+-- t) only while the version it locked is the one its snapshot read. Group
+-- rows are taken in group order by every statement that waits for them, so
+-- two such statements never wait for each other. docs/decisions.md has the
+-- design and the alternatives.
+
+-- name: send_fifo_messages
+-- plan: cached (INSERTs from arrays)
+-- Sends to a FIFO queue, in input order. Each group's row is created or
+-- locked (and its version moved on) before its messages are numbered, so the
+-- sends to one group take their sequence numbers in the order they commit.
+-- A deduplication id accepted in the last five minutes is answered with the
+-- message and sequence number it named, and nothing is stored (the first
+-- send's five minutes are not extended). The caller gives each (scope,
+-- deduplication id) once per statement. Receivers are woken once per group
+-- that got a message. A FIFO message has no delay of its own: the queue's.
+WITH input AS MATERIALIZED (
+    SELECT m.*, gen_random_uuid() AS message_id
+    FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
+                CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
+                CAST(:group_ids AS text[]), CAST(:scopes AS text[]),
+                CAST(:deduplication_ids AS text[]))
+         WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, group_id, scope,
+                              deduplication_id, ord)
+),
+grouped AS (
+    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    SELECT :queue_id, d.group_id,
+           statement_timestamp() + CAST(:delay AS integer) * interval '1 second'
+    FROM (SELECT DISTINCT group_id FROM input) AS d
+    ORDER BY d.group_id
+    ON CONFLICT (queue_id, group_id) DO UPDATE
+    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
+        version    = g.version + 1
+    RETURNING g.group_id
+),
+numbered AS MATERIALIZED (
+    SELECT i.*, nextval('message_sequence') AS sequence_number
+    FROM input AS i
+    JOIN grouped USING (group_id)
+    ORDER BY i.ord
+),
+accepted AS (
+    INSERT INTO message_deduplication AS d
+           (queue_id, scope, deduplication_id, message_id, sequence_number, expires_at)
+    SELECT :queue_id, n.scope, n.deduplication_id, n.message_id, n.sequence_number,
+           statement_timestamp() + interval '5 minutes'
+    FROM numbered AS n
+    ORDER BY n.scope, n.deduplication_id
+    ON CONFLICT (queue_id, scope, deduplication_id) DO UPDATE
+    SET message_id      = CASE WHEN d.expires_at <= statement_timestamp()
+                               THEN EXCLUDED.message_id ELSE d.message_id END,
+        sequence_number = CASE WHEN d.expires_at <= statement_timestamp()
+                               THEN EXCLUDED.sequence_number ELSE d.sequence_number END,
+        expires_at      = CASE WHEN d.expires_at <= statement_timestamp()
+                               THEN EXCLUDED.expires_at ELSE d.expires_at END
+    RETURNING d.scope, d.deduplication_id, d.message_id, d.sequence_number, d.expires_at
+),
+sent AS (
+    INSERT INTO messages (queue_id, message_id, body, attributes, attribute_types, sender_id,
+                          group_id, sequence_number, deduplication_id, visible_at)
+    SELECT :queue_id, n.message_id, n.body, CAST(n.attributes AS jsonb),
+           CAST(n.attribute_types AS jsonb), n.sender_id, n.group_id, n.sequence_number,
+           n.deduplication_id,
+           statement_timestamp() + CAST(:delay AS integer) * interval '1 second'
+    FROM numbered AS n
+    JOIN accepted AS a ON a.message_id = n.message_id
+    ORDER BY n.ord
+    RETURNING group_id
+)
+SELECT a.message_id, a.sequence_number, a.message_id = n.message_id AS stored,
+       a.expires_at - interval '5 minutes' AS sent_at,
+       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+           CASE WHEN CAST(:delay AS integer) = 0
+                THEN (SELECT count(DISTINCT group_id) FROM sent) ELSE 0 END,
+           CASE WHEN CAST(:delay AS integer) > 0 AND EXISTS (SELECT 1 FROM sent)
+                THEN CAST(:delay AS double precision) END)) AS notified
+FROM numbered AS n
+JOIN accepted AS a USING (scope, deduplication_id)
+ORDER BY n.ord;
+
+-- name: claim_fifo_messages
+-- The FIFO claim: one statement, which reads group rows and the first few
+-- messages of each (messages_group_order), never the backlog.
+--   1. Up to :lock_groups groups that may be claimable, oldest first, locked.
+--   2. The first 10 messages of each (a receive takes at most 10, and a claim
+--      takes a group's first messages, so whatever of a group is in flight
+--      is among them): a group with a message in flight is blocked; of the
+--      others, the messages visible from the head on are open.
+--   3. Open groups go to the receivers of :wants (one number each, in order):
+--      receiver r < n gets the r-th group; the last receiver gets the rest,
+--      in order, up to its number -- a receive takes as many messages of one
+--      group as it can, then of the next (as SQS does); a group is never
+--      split between two receivers.
+--   4. Those messages (and the lapsed leases of their groups that they leave
+--      behind) are locked, SKIP LOCKED: a group any of whose rows changed
+--      since the snapshot (a late heartbeat, an acknowledgement) is left
+--      for a later claim. Under a redrive policy, exhausted messages move to
+--      the (FIFO) dead-letter queue, into their group there, and the rest of
+--      their group goes on. The lapsed leases left behind are revoked: a
+--      group claimed again belongs to its new receiver alone.
+--   5. Each group looked at gets its hint: in flight until the lease ends
+--      (claimed here, or found so), its head's deadline, or now when its row
+--      changed since the snapshot; a group found empty and unchanged is deleted.
+-- Always one row at least: `dead` counts the moved messages; `id` is NULL
+-- when nothing was claimed; `receiver` numbers each row's receiver from 1.
+WITH looked_at AS (
+    SELECT g.group_id, g.visible_at AS hint, g.version
+    FROM message_groups AS g
+    WHERE g.queue_id = :queue_id AND g.visible_at <= statement_timestamp()
+    ORDER BY g.visible_at
+    LIMIT :lock_groups
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+window_rows AS (
+    SELECT l.group_id, l.hint, l.version = s.version AS unchanged,
+           w.id, w.sequence_number, w.receive_count, w.visible_at, w.leased,
+           w.leased AND w.visible_at > statement_timestamp() AS in_flight,
+           bool_and(w.visible_at <= statement_timestamp())
+               OVER (PARTITION BY l.group_id ORDER BY w.sequence_number) AS ready
+    FROM looked_at AS l
+    JOIN message_groups AS s ON s.queue_id = :queue_id AND s.group_id = l.group_id
+    LEFT JOIN LATERAL (
+        SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased
+        FROM messages AS m
+        WHERE m.queue_id = :queue_id AND m.group_id = l.group_id
+          AND m.sent_at > statement_timestamp()
+                          - CAST(:retention AS integer) * interval '1 second'
+        ORDER BY m.sequence_number
+        LIMIT 10
+    ) AS w ON true
+),
+summary AS (
+    SELECT group_id, hint, unchanged,
+           count(id) AS messages,
+           coalesce(bool_or(in_flight), false) AS blocked,
+           max(visible_at) FILTER (WHERE in_flight) AS held_until,
+           (array_agg(visible_at ORDER BY sequence_number))[1] AS head_at
+    FROM window_rows
+    GROUP BY group_id, hint, unchanged
+),
+open AS (
+    SELECT r.id, r.group_id, r.receive_count, r.sequence_number,
+           dense_rank() OVER (ORDER BY r.hint, r.group_id) AS group_rank,
+           row_number() OVER (PARTITION BY r.group_id ORDER BY r.sequence_number) AS position
+    FROM window_rows AS r
+    JOIN summary AS s USING (group_id)
+    WHERE r.ready AND NOT s.blocked
+),
+slotted AS (
+    SELECT o.*,
+           CAST(least(o.group_rank, cardinality(CAST(:wants AS integer[]))) AS integer)
+               AS receiver,
+           CASE WHEN o.group_rank < cardinality(CAST(:wants AS integer[])) THEN o.position
+                ELSE row_number() OVER (
+                         PARTITION BY o.group_rank >= cardinality(CAST(:wants AS integer[]))
+                         ORDER BY o.group_rank, o.position)
+           END AS slot
+    FROM open AS o
+),
+wanted AS (
+    SELECT s.id, s.group_id, s.receive_count, s.sequence_number, s.receiver, s.group_rank
+    FROM slotted AS s
+    WHERE s.slot <= (CAST(:wants AS integer[]))[s.receiver]
+),
+stale AS (
+    SELECT r.id, r.group_id
+    FROM window_rows AS r
+    WHERE r.leased AND NOT r.in_flight
+      AND r.group_id IN (SELECT group_id FROM wanted)
+      AND r.id NOT IN (SELECT id FROM wanted)
+),
+locked AS (
+    SELECT m.id
+    FROM messages AS m
+    WHERE m.id IN (SELECT id FROM wanted UNION ALL SELECT id FROM stale)
+      AND m.queue_id = :queue_id
+      AND m.visible_at <= statement_timestamp()
+    FOR UPDATE SKIP LOCKED
+),
+granted AS (
+    SELECT i.group_id
+    FROM (SELECT id, group_id FROM wanted UNION ALL SELECT id, group_id FROM stale) AS i
+    LEFT JOIN locked AS l USING (id)
+    GROUP BY i.group_id
+    HAVING bool_and(l.id IS NOT NULL)
+),
+dead AS (
+    UPDATE messages AS m
+    SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
+        dead_letter_source_id = m.queue_id,
+        visible_at            = statement_timestamp(),
+        leased                = false
+    FROM wanted AS w
+    WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
+      AND w.receive_count >= CAST(:max_receive_count AS integer)
+    RETURNING m.id, m.group_id
+),
+dead_groups AS (
+    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    SELECT CAST(:dead_letter_queue_id AS bigint), d.group_id, statement_timestamp()
+    FROM (SELECT DISTINCT group_id FROM dead) AS d
+    ORDER BY d.group_id
+    ON CONFLICT (queue_id, group_id) DO UPDATE
+    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
+        version    = g.version + 1
+),
+claimed AS (
+    UPDATE messages AS m
+    SET visible_at        = statement_timestamp()
+                            + CAST(:visibility_timeout AS integer) * interval '1 second',
+        claim_token       = gen_random_uuid(),
+        fencing_token     = nextval('fencing_tokens'),
+        receive_count     = m.receive_count + 1,
+        leased            = true,
+        first_received_at = coalesce(m.first_received_at, statement_timestamp())
+    FROM wanted AS w
+    WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
+      AND (CAST(:max_receive_count AS integer) IS NULL
+           OR w.receive_count < CAST(:max_receive_count AS integer))
+    RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+              CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
+              m.receive_count, m.claim_token, m.fencing_token,
+              m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
+              CAST(m.checkpoint AS text) AS checkpoint,
+              m.group_id, m.sequence_number, m.deduplication_id, w.receiver, w.group_rank
+),
+revoked AS (
+    UPDATE messages AS m
+    SET claim_token = NULL, fencing_token = NULL, leased = false
+    FROM stale AS s
+    WHERE m.id = s.id AND s.group_id IN (SELECT group_id FROM granted)
+),
+hints AS (
+    SELECT s.group_id,
+           CASE WHEN s.group_id IN (SELECT group_id FROM claimed)
+                    THEN statement_timestamp()
+                         + CAST(:visibility_timeout AS integer) * interval '1 second'
+                WHEN s.group_id IN (SELECT group_id FROM granted) OR NOT s.unchanged
+                    THEN statement_timestamp()
+                WHEN s.blocked THEN s.held_until
+                ELSE s.head_at
+           END AS visible_at
+    FROM summary AS s
+    WHERE s.group_id IN (SELECT group_id FROM granted)
+       OR (s.messages > 0 AND s.group_id NOT IN (SELECT group_id FROM open))
+       OR (s.messages = 0 AND NOT s.unchanged)
+),
+-- Rows by key (= ANY of an array): a plan that cannot become a scan of the
+-- queue's every group, whatever the planner guesses of the CTEs' sizes.
+hinted AS (
+    UPDATE message_groups AS g
+    SET visible_at = (SELECT h.visible_at FROM hints AS h WHERE h.group_id = g.group_id)
+    WHERE g.queue_id = :queue_id AND g.group_id = ANY (ARRAY(SELECT group_id FROM hints))
+),
+emptied AS (
+    DELETE FROM message_groups AS g
+    WHERE g.queue_id = :queue_id
+      AND g.group_id = ANY (ARRAY(SELECT group_id FROM summary
+                                  WHERE messages = 0 AND unchanged))
+)
+SELECT (SELECT count(*) FROM dead) AS dead, claimed.*
+FROM (SELECT 1) AS always_one_row
+LEFT JOIN claimed ON true;
+
+-- name: fifo_outlook
+-- queue_outlook for a FIFO queue, by its groups' hints: whether a group may
+-- be claimable now, and the seconds until the next one may be.
+SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
+        FROM message_groups
+        WHERE queue_id = :queue_id AND visible_at > statement_timestamp()
+       ) AS due_in,
+       EXISTS (SELECT 1
+               FROM message_groups
+               WHERE queue_id = :queue_id AND visible_at <= statement_timestamp()
+       ) AS more_now;
+
+-- name: delete_fifo_messages
+-- plan: cached (rows by primary key)
+-- delete_messages for a FIFO queue: the groups of the deleted messages may
+-- be claimable now (their hint lowered, their version moved on), and their
+-- waiting receivers are woken.
+WITH deleted AS (
+    DELETE FROM messages AS m
+    USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.group_id
+),
+touched AS (
+    SELECT g.group_id
+    FROM message_groups AS g
+    WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM deleted)
+    ORDER BY g.group_id
+    FOR NO KEY UPDATE
+),
+bumped AS (
+    UPDATE message_groups AS g
+    SET visible_at = least(g.visible_at, statement_timestamp()),
+        version    = g.version + 1
+    FROM touched AS t
+    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
+    RETURNING g.group_id
+)
+SELECT d.id,
+       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+                                         (SELECT count(*) FROM bumped), NULL)) AS notified
+FROM deleted AS d;
+
+-- name: change_fifo_visibility
+-- plan: cached (rows by primary key)
+-- change_visibility for a FIFO queue: a change that makes a message visible
+-- sooner (a release, a shorter lease) may make its group claimable sooner.
+WITH changed AS (
+    UPDATE messages AS m
+    SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+        leased     = h.visibility_timeout > 0
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
+                CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
+         messages AS before
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+      AND before.id = m.id
+    RETURNING m.id, m.group_id, m.visible_at AS lease_expires_at, h.visibility_timeout,
+              m.visible_at < before.visible_at AS sooner
+),
+touched AS (
+    SELECT g.group_id
+    FROM message_groups AS g
+    WHERE g.queue_id = :queue_id
+      AND g.group_id IN (SELECT group_id FROM changed WHERE sooner)
+    ORDER BY g.group_id
+    FOR NO KEY UPDATE
+),
+bumped AS (
+    UPDATE message_groups AS g
+    SET visible_at = least(g.visible_at, statement_timestamp()),
+        version    = g.version + 1
+    FROM touched AS t
+    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
+)
+SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
+
+-- name: touch_groups
+-- The groups of some messages of a FIFO queue (all its groups when :ids is
+-- NULL), after another statement made those messages visible sooner (a
+-- release, a purge): claimable perhaps now, and changed for any claim that
+-- looked before. Run after that statement, so no claim sets a later hint
+-- from what it saw before.
+UPDATE message_groups AS g
+SET visible_at = least(g.visible_at, statement_timestamp()),
+    version    = g.version + 1
+FROM (SELECT group_id
+      FROM message_groups
+      WHERE queue_id = :queue_id
+        AND (CAST(:ids AS bigint[]) IS NULL
+             OR group_id IN (SELECT group_id FROM messages
+                             WHERE id = ANY (CAST(:ids AS bigint[])) AND queue_id = :queue_id))
+      ORDER BY group_id
+      FOR NO KEY UPDATE) AS t
+WHERE g.queue_id = :queue_id AND g.group_id = t.group_id;
+
+-- name: give_back_fifo_claims
+-- plan: cached (rows by primary key)
+-- give_back_claims for a FIFO queue: the groups of the messages given back
+-- are claimable again at once.
+WITH given AS (
+    UPDATE messages AS m
+    SET visible_at        = statement_timestamp(),
+        leased            = false,
+        receive_count     = m.receive_count - 1,
+        first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
+                                 ELSE m.first_received_at END
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.group_id
+),
+touched AS (
+    SELECT g.group_id
+    FROM message_groups AS g
+    WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM given)
+    ORDER BY g.group_id
+    FOR NO KEY UPDATE
+),
+bumped AS (
+    UPDATE message_groups AS g
+    SET visible_at = least(g.visible_at, statement_timestamp()),
+        version    = g.version + 1
+    FROM touched AS t
+    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
+    RETURNING 1
+)
+SELECT count(*) AS given,
+       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+                                         (SELECT count(*) FROM bumped), NULL)) AS notified
+FROM given
+HAVING count(*) > 0;
+
+-- name: sweep_deduplication
+-- Forgets up to :limit deduplication ids and receive attempts past their
+-- five minutes.
+WITH forgotten AS (
+    DELETE FROM message_deduplication
+    WHERE (queue_id, scope, deduplication_id) IN (
+        SELECT queue_id, scope, deduplication_id
+        FROM message_deduplication
+        WHERE expires_at <= statement_timestamp()
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
+attempts AS (
+    DELETE FROM receive_attempts
+    WHERE (queue_id, attempt_id) IN (
+        SELECT queue_id, attempt_id
+        FROM receive_attempts
+        WHERE expires_at <= statement_timestamp()
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts)) AS swept;
+
+-- name: replay_receive_attempt
+-- plan: cached (rows by primary key)
+-- A FIFO receive retried with the ReceiveRequestAttemptId of one in the last
+-- five minutes: the messages that receive claimed which its claims still
+-- hold, with the same receipt handles, their leases set from now again.
+UPDATE messages AS m
+SET visible_at = statement_timestamp() + a.visibility_timeout * interval '1 second',
+    leased     = true
+FROM receive_attempts AS a,
+     unnest(a.message_rows, a.claim_tokens) AS h(id, token)
+WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
+  AND a.expires_at > statement_timestamp()
+  AND m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id AND m.leased
+RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+          CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
+          m.receive_count, m.claim_token, m.fencing_token,
+          m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
+          CAST(m.checkpoint AS text) AS checkpoint,
+          m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout;
+
+-- name: record_receive_attempt
+-- plan: cached (a row by primary key)
+-- What a FIFO receive with a ReceiveRequestAttemptId claimed, for five minutes.
+INSERT INTO receive_attempts AS a (queue_id, attempt_id, message_rows, claim_tokens,
+                                   visibility_timeout, expires_at)
+VALUES (:queue_id, :attempt_id, :message_rows, :claim_tokens, :visibility_timeout,
+        statement_timestamp() + interval '5 minutes')
+ON CONFLICT (queue_id, attempt_id) DO UPDATE
+SET message_rows       = EXCLUDED.message_rows,
+    claim_tokens       = EXCLUDED.claim_tokens,
+    visibility_timeout = EXCLUDED.visibility_timeout,
+    expires_at         = EXCLUDED.expires_at;

@@ -42,10 +42,13 @@ class Outlook:
 
 
 async def outlook(session: Session, queue: Queue) -> Outlook:
-    (row,) = await session.fetch(
-        Q.queue_outlook,
-        {"queue_id": queue.id, "retention": queue.attributes.message_retention},
-    )
+    if queue.attributes.fifo:
+        (row,) = await session.fetch(Q.fifo_outlook, {"queue_id": queue.id})
+    else:
+        (row,) = await session.fetch(
+            Q.queue_outlook,
+            {"queue_id": queue.id, "retention": queue.attributes.message_retention},
+        )
     due_in = row["due_in"]
     return Outlook(due_in=None if due_in is None else float(due_in), more_now=bool(row["more_now"]))
 

@@ -72,9 +72,15 @@ class Redrives:
                 dead_letter_queue = await self._queues.lookup(session, source)
                 destination_id = None
                 if destination is not None:
-                    destination_id = (await self._queues.lookup(session, destination)).id
+                    target = await self._queues.lookup(session, destination)
+                    destination_id = target.id
                     if destination_id == dead_letter_queue.id:
                         raise InvalidParameter("A redrive cannot move a queue into itself.")
+                    if target.attributes.fifo != dead_letter_queue.attributes.fifo:
+                        raise InvalidParameter(
+                            "A redrive moves messages into a queue of the same type: FIFO "
+                            "into FIFO, standard into standard."
+                        )
                 task_id = await session.fetchval(
                     Q.create_redrive_task,
                     {

@@ -1,6 +1,7 @@
-"""The background task that deletes messages past their queue's retention.
+"""The background task that deletes messages past their queue's retention, and
+FIFO queues' deduplication ids and receive attempts past their five minutes.
 
-Claims already refuse such messages; this only reclaims their space.
+Claims and sends already ignore such rows; this only reclaims their space.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ async def sweep_once(service: QueueService) -> int:
     count = await service.sweep_expired()
     if count:
         _log.info("deleted %d messages past retention", count)
+    await service.sweep_deduplication()
     return count
 
 

@@ -10,6 +10,7 @@ through the connector, the cycle's array statements through group commit.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from app.errors import (
     InvalidReceiptHandle,
     LeaseLost,
     MessageTooLarge,
+    MissingParameter,
     Overloaded,
     QueueError,
     QueueNotFound,
@@ -30,13 +32,14 @@ from app.errors import (
 from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.group_commit import GroupCommit, Statement, run_in
-from app.queue.grouped import Change, Handle, Outgoing
+from app.queue.grouped import Change, FifoOutgoing, Handle, Outgoing
 from app.queue.models import (
     EntryError,
     Lease,
     OutgoingMessage,
     PeekedMessage,
     Queue,
+    QueueAttributes,
     ReceivedMessage,
     Released,
     SentMessage,
@@ -100,7 +103,10 @@ class QueueService:
         engine's pool timeout bounds every other wait for a connection)."""
         self.group = GroupCommit(
             db,
-            [grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE],
+            [
+                grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE,
+                grouped.SEND_FIFO, grouped.CLAIM_FIFO, grouped.DELETE_FIFO, grouped.CHANGE_FIFO,
+            ],
             budget=max(1, db.cached_pool_size * 2 // 5),
         )
 
@@ -123,7 +129,10 @@ class QueueService:
     def _give_back(self, queue: Queue, rows: list[Row]) -> None:
         """Undoes claims that will reach no one, in the background: the request
         that made them is being cancelled. Should it fail, their leases run out."""
-        statement = grouped.give_back(queue, rows)
+        statement = (
+            grouped.give_back_fifo(queue, rows) if queue.attributes.fifo
+            else grouped.give_back(queue, rows)
+        )
         if statement is None:
             return
         task = asyncio.get_running_loop().create_task(self._run_quietly(statement))
@@ -165,18 +174,21 @@ class QueueService:
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
         queue = await self.queues.find(name)
+        if queue.attributes.fifo:
+            return await self._send_fifo(queue, messages)
         results: list[SentMessage | EntryError | None] = []
         accepted: list[int] = []
         outgoing: list[Outgoing] = []
         for index, message in enumerate(messages):
             try:
-                if message_size(message) > queue.attributes.max_message_bytes:
-                    raise MessageTooLarge(
-                        f"Message is larger than the queue's max_message_bytes "
-                        f"({queue.attributes.max_message_bytes})."
-                    )
+                _check_size(queue, message)
                 if message.delay is not None:
                     check_range("delay", message.delay, limits.DELAY)
+                if message.group_id is not None or message.deduplication_id is not None:
+                    raise InvalidParameter(
+                        "group and deduplication_id are for FIFO queues; this queue is a "
+                        "standard one."
+                    )
             except QueueError as exc:
                 results.append(EntryError(exc))
                 continue
@@ -199,6 +211,36 @@ class QueueService:
             for index, row in zip(accepted, rows, strict=True):
                 results[index] = SentMessage(
                     message_id=str(row["message_id"]), sent_at=row["sent_at"]
+                )
+        return [result for result in results if result is not None]
+
+    async def _send_fifo(
+        self, queue: Queue, messages: Sequence[OutgoingMessage]
+    ) -> list[SentMessage | EntryError]:
+        """send for a FIFO queue: every message in a group, deduplicated."""
+        results: list[SentMessage | EntryError | None] = []
+        accepted: list[int] = []
+        outgoing: list[FifoOutgoing] = []
+        attributes = queue.attributes
+        for index, message in enumerate(messages):
+            try:
+                _check_size(queue, message)
+                outgoing.append(_fifo_outgoing(attributes, message))
+            except QueueError as exc:
+                results.append(EntryError(exc))
+                continue
+            results.append(None)
+            accepted.append(index)
+        if outgoing:
+            rows = await self.group.run(
+                grouped.SEND_FIFO, (queue.id, attributes.delay), outgoing
+            )
+            self._notify_here(lambda: grouped.fifo_send_notice(queue.id, attributes.delay, rows))
+            for index, row in zip(accepted, rows, strict=True):
+                results[index] = SentMessage(
+                    message_id=str(row["message_id"]),
+                    sent_at=row["sent_at"],
+                    sequence_number=str(row["sequence_number"]),
                 )
         return [result for result in results if result is not None]
 
@@ -225,14 +267,16 @@ class QueueService:
         received: list[ReceivedMessage] = []
         taken: list[Row] = []  # claimed by earlier rounds
         acked: frozenset[int] = frozenset()
+        claim = grouped.CLAIM_FIFO if queue.attributes.fifo else grouped.CLAIM
+        # A FIFO receive settles its acknowledgements before it claims (their
+        # groups' rows are locked in group order, a claim's are skipped).
+        assert not (acks and queue.attributes.fifo)
         for _ in range(_DEAD_LETTER_ROUNDS):
             take = grouped.Take(count - len(received), acks)
             acks = ()  # only the first round carries them
             if session is None:
                 try:
-                    share = await self.group.run(
-                        grouped.CLAIM, (queue, visibility_timeout), [take]
-                    )
+                    share = await self.group.run(claim, (queue, visibility_timeout), [take])
                 except asyncio.CancelledError:
                     # This round's share is given back by group commit; the
                     # earlier rounds' are this receive's to give back.
@@ -242,9 +286,7 @@ class QueueService:
             else:
                 # The grouped claim's statement and dead-letter notice, in this
                 # receive's own connection (a long poll's look).
-                (share,) = await run_in(
-                    session, grouped.CLAIM, (queue, visibility_timeout), [[take]]
-                )
+                (share,) = await run_in(session, claim, (queue, visibility_timeout), [[take]])
             acked |= share.acked
             received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
             if share.dead == 0 or len(received) >= count:
@@ -276,6 +318,7 @@ class QueueService:
             sent_at=row["sent_at"],
             first_received_at=row["first_received_at"],
             checkpoint=None if checkpoint is None else json.loads(checkpoint),
+            **(_fifo_fields(row) if queue.attributes.fifo else {}),
         )
 
     async def receive(
@@ -286,6 +329,7 @@ class QueueService:
         visibility_timeout: int | None = None,
         wait: int | None = None,
         gone: Gone | None = None,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         """Claim up to max_messages; with wait > 0, wait for them without a connection.
 
@@ -293,12 +337,62 @@ class QueueService:
         claimed (a claim for a gone client is a message stuck for a whole lease).
         """
         _check_receive(max_messages, visibility_timeout, wait)
+        if attempt_id is not None:
+            return await self._attempt(
+                name, attempt_id, max_messages=max_messages,
+                visibility_timeout=visibility_timeout, wait=wait, gone=gone,
+            )
         receive = Receive(
             self._db, self.queues, self._hub, self._claim, name,
             max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
             gone=gone,
         )
         return await receive.run()
+
+    async def _attempt(
+        self,
+        name: str,
+        attempt_id: str,
+        *,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait: int | None,
+        gone: Gone | None,
+    ) -> list[ReceivedMessage]:
+        """A FIFO receive with a receive request attempt id: retried within five
+        minutes, it answers what the first claimed, while its claims still hold
+        (leases set from now again, the same receipt handles); else it claims
+        anew and is remembered. A standard queue ignores the id (as SQS)."""
+        queue = await self.queues.find(name)
+        receive = Receive(
+            self._db, self.queues, self._hub, self._claim, name,
+            max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
+            gone=gone,
+        )
+        if not queue.attributes.fifo:
+            return await receive.run()
+        if not limits.FIFO_ID.fullmatch(attempt_id):
+            raise InvalidParameter(
+                "A receive request attempt id is 1-128 letters, digits and punctuation."
+            )
+        rows = await self._db.fetch(
+            Q.replay_receive_attempt, {"queue_id": queue.id, "attempt_id": attempt_id}
+        )
+        if rows:
+            rows.sort(key=lambda row: row["sequence_number"])
+            return [self._received(queue, row, row["visibility_timeout"]) for row in rows]
+        received = await receive.run()
+        if received:
+            lease = received[0].visibility_timeout
+            receipts = [self._signer.decode(m.receipt_handle, queue_id=queue.id) for m in received]
+            await self._db.fetch(Q.record_receive_attempt, {
+                "queue_id": queue.id,
+                "attempt_id": attempt_id,
+                "message_rows": [r.message_row for r in receipts],
+                "claim_tokens": [r.claim_token for r in receipts],
+                "visibility_timeout": lease,
+            })
+        return received
 
     async def settle(
         self, name: str, delete: Sequence[str], extend: Sequence[tuple[str, int]]
@@ -336,7 +430,7 @@ class QueueService:
         _check_settling(delete, extend)
         queue = self.queues.cached(name)
         one_statement = (
-            queue is not None and bool(delete) and not extend
+            queue is not None and bool(delete) and not extend and not queue.attributes.fifo
             and (queue.attributes.receive_wait if wait is None else wait) == 0
             and not (gone is not None and gone.is_set())
         )
@@ -370,7 +464,7 @@ class QueueService:
             for r, (_, visibility_timeout) in zip(receipts, entries, strict=True)
             if isinstance(r, Receipt)
         ]
-        changed = await self._change_within_budget(queue.id, valid) if valid else {}
+        changed = await self._change_within_budget(queue, valid) if valid else {}
         results: list[Lease | EntryError] = []
         for receipt, (_, visibility_timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
@@ -386,7 +480,7 @@ class QueueService:
         return results
 
     async def _change_within_budget(
-        self, queue_id: int, changes: list[Change]
+        self, queue: Queue, changes: list[Change]
     ) -> dict[int, Row]:
         """Visibility changes share two fifths of their pool (GroupCommit's budget).
         A beat that has waited for it as long as any request may wait for a
@@ -394,10 +488,12 @@ class QueueService:
         before the lease runs out, rather than learning nothing until after.
         A change whose statement had already started may still land: like a
         lost answer, harmless, as a beat sets the lease from now again."""
+        queue_id = queue.id
+        change = grouped.CHANGE_FIFO if queue.attributes.fifo else grouped.CHANGE
         timer = asyncio.timeout(self.pool_wait_seconds)
         try:
             async with timer:
-                changed = await self.group.run(grouped.CHANGE, queue_id, changes)
+                changed = await self.group.run(change, queue_id, changes)
         except TimeoutError:
             if not timer.expired():
                 raise
@@ -427,6 +523,10 @@ class QueueService:
             )
             if row is None:
                 raise LeaseLost()
+            if queue.attributes.fifo:
+                await session.execute(
+                    Q.touch_groups, {"queue_id": queue.id, "ids": [receipt.message_row]}
+                )
             waited = max(float(row["delay"]), 0.0)
             notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
             await session.fetch(*grouped.notify(notice))
@@ -438,7 +538,8 @@ class QueueService:
         queue = await self.queues.find(name)
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
-        deleted = await self.group.run(grouped.DELETE, queue.id, valid) if valid else set()
+        acknowledge = grouped.DELETE_FIFO if queue.attributes.fifo else grouped.DELETE
+        deleted = await self.group.run(acknowledge, queue.id, valid) if valid else set()
         return _acknowledged(receipts, deleted)
 
     async def checkpoint(
@@ -534,9 +635,75 @@ class QueueService:
             if count < batch:
                 return total
 
+    async def sweep_deduplication(self, batch: int = 1000) -> int:
+        """Forget deduplication ids and receive attempts past their window."""
+        total = 0
+        while True:
+            (row,) = await self._db.fetch(Q.sweep_deduplication, {"limit": batch})
+            count = int(row["swept"])
+            total += count
+            if count < batch:
+                return total
+
     async def _sweep_round(self, batch: int) -> int:
         async with self._db.session() as session:
             return await session.execute(Q.sweep_expired, {"limit": batch})
+
+
+def _check_size(queue: Queue, message: OutgoingMessage) -> None:
+    if message_size(message) > queue.attributes.max_message_bytes:
+        raise MessageTooLarge(
+            f"Message is larger than the queue's max_message_bytes "
+            f"({queue.attributes.max_message_bytes})."
+        )
+
+
+def _fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> FifoOutgoing:
+    """A message for a FIFO queue, checked as SQS checks it."""
+    if message.delay is not None or message.not_before is not None:
+        raise InvalidParameter(
+            "A message sent to a FIFO queue has no delay of its own (the queue's delay "
+            "applies to every message): leave out delay and not_before."
+        )
+    group = message.group_id
+    if group is None:
+        raise MissingParameter("group", "A message sent to a FIFO queue needs a group.")
+    if not limits.FIFO_ID.fullmatch(group):
+        raise InvalidParameter(
+            "group must be 1-128 letters, digits and punctuation (!\"#$%&'()*+,-./:;<=>?@"
+            "[\\]^_`{|}~)."
+        )
+    deduplication_id = message.deduplication_id
+    if deduplication_id is None:
+        if not attributes.content_based_deduplication:
+            raise MissingParameter(
+                "deduplication_id",
+                "This FIFO queue has no content-based deduplication: a message sent to it "
+                "needs a deduplication_id.",
+            )
+        deduplication_id = hashlib.sha256(message.body.encode("utf-8")).hexdigest()
+    elif not limits.FIFO_ID.fullmatch(deduplication_id):
+        raise InvalidParameter(
+            "deduplication_id must be 1-128 letters, digits and punctuation."
+        )
+    flat, types = _stored_attributes(message)
+    return FifoOutgoing(
+        body=message.body,
+        attributes=flat,
+        attribute_types=types,
+        sender_id=message.sender_id,
+        group_id=group,
+        scope=group if attributes.deduplication_scope == "message_group" else "",
+        deduplication_id=deduplication_id,
+    )
+
+
+def _fifo_fields(row: Row) -> dict[str, Any]:
+    return {
+        "group_id": row["group_id"],
+        "sequence_number": str(row["sequence_number"]),
+        "deduplication_id": row["deduplication_id"],
+    }
 
 
 class Settled(NamedTuple):
