@@ -206,8 +206,14 @@ async def test_a_standard_queue_refuses_fifo_fields(client: httpx.AsyncClient) -
         f"/v1/queues/{queue}/messages", json={"body": "x", "group": "G"}
     )
     assert sent.status_code == 422, sent.text
-    patched = await client.patch(f"/v1/queues/{queue}", json={"deduplication_scope": "queue"})
+    patched = await client.patch(
+        f"/v1/queues/{queue}", json={"deduplication_scope": "message_group"}
+    )
     assert patched.status_code == 422, patched.text
+    assert "FIFO" in patched.json()["detail"]
+    # Its own values given back as they read are no change.
+    same = await client.patch(f"/v1/queues/{queue}", json={"deduplication_scope": "queue"})
+    assert same.status_code == 200, same.text
 
 
 async def test_fifo_is_fixed_and_named_by_its_suffix(client: httpx.AsyncClient) -> None:
@@ -361,3 +367,22 @@ async def test_a_standard_dead_letter_queue_cannot_be_redriven_into_a_fifo_queue
         "/v1/queues/plain-dlq/redrive", json={"destination": "orders.fifo"}
     )
     assert refused.status_code == 422, refused.text
+
+
+async def test_expired_deduplication_ids_and_attempts_are_swept(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    queue = await fifo_queue(client)
+    for n in range(5):
+        await send_fifo(client, queue, f"m{n}", "G")
+    service = client.app.state.service  # type: ignore[attr-defined]
+    assert await service.receive(queue, max_messages=2, attempt_id="a")
+    await db.execute(
+        "UPDATE message_deduplication SET expires_at = now() - interval '1 s' "
+        "WHERE deduplication_id IN ('m0', 'm1')"
+    )
+    await db.execute("UPDATE receive_attempts SET expires_at = now() - interval '1 s'")
+    assert await service.sweep_deduplication(batch=1) == 2
+    left = await db.fetch("SELECT deduplication_id FROM message_deduplication ORDER BY 1")
+    assert [r[0] for r in left] == ["m2", "m3", "m4"]
+    assert await db.fetchval("SELECT count(*) FROM receive_attempts") == 0

@@ -31,7 +31,10 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-SCHEMA = {"alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys"}
+SCHEMA = {
+    "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
+    "message_groups", "message_deduplication", "receive_attempts",
+}
 
 
 async def _tables(url: str) -> set[str]:

@@ -43,6 +43,10 @@ DEFAULTS = {
     "dead_letter_queue": None,
     "max_receive_count": None,
     "retry_backoff": None,
+    "fifo": False,
+    "content_based_deduplication": False,
+    "deduplication_scope": "queue",
+    "fifo_throughput_limit": "per_queue",
 }
 B64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
 

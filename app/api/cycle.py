@@ -44,7 +44,7 @@ def _settings(call: Call) -> Settings:
     return settings
 
 _send_body = BodyOf(SendIn, batch=True)
-_sent = AnswerOf(SentOut, status=201)
+_sent = AnswerOf(SentOut, status=201, exclude_none=True)  # sequence_number: FIFO only
 _batch = AnswerOf(BatchResults)
 
 

@@ -136,9 +136,11 @@ def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
 class AnswerOf:
     """A route's answer, written by its declared model's serializer."""
 
-    def __init__(self, model: Any, status: int = 200) -> None:
+    def __init__(self, model: Any, status: int = 200, *, exclude_none: bool = False) -> None:
         self.adapter: TypeAdapter[Any] = TypeAdapter(model)
         self.status = status
+        self.exclude_none = exclude_none
+        """Leave out null fields (the optional ones only some queues have)."""
 
     def __call__(self, value: Any) -> Answer:
-        return Answer(self.status, self.adapter.dump_json(value))
+        return Answer(self.status, self.adapter.dump_json(value, exclude_none=self.exclude_none))

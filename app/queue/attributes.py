@@ -70,7 +70,8 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
         value = changes.get(name)
         if value is None:
             continue
-        if not fifo:
+        if not fifo and value != getattr(DEFAULT, name):
+            # A standard queue's own attributes given back as they read are not a change.
             raise InvalidParameter(f"{name} is for FIFO queues only.")
         if value not in allowed:
             raise InvalidParameter(

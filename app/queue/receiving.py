@@ -31,6 +31,10 @@ class Gone(Protocol):
     async def wait(self) -> Any: ...
 
 
+FIFO_LOOK_AGAIN = 0.05
+"""Seconds after which a FIFO long poll that found claimable-looking groups
+taken by others looks again."""
+
 Claim = Callable[[Queue, int, int, Session | None], Awaitable[list[ReceivedMessage]]]
 """claim(queue, visibility_timeout, count, session): in `session`, else grouped."""
 
@@ -179,6 +183,13 @@ class Receive:
                 ahead = await outlook(session, queue)
         if not received and not ahead.more_now:
             self._hub.mark_quiet(queue.id, generation, ahead.due_in)
+        if not received and ahead.more_now and queue.attributes.fifo:
+            # Groups that may be claimable, none of them taken: another claim or
+            # send held their rows for a moment (a FIFO claim locks a few more
+            # groups than it takes), and nothing need announce them when it ends.
+            # Look again shortly rather than at the next notification.
+            due = FIFO_LOOK_AGAIN if ahead.due_in is None else min(ahead.due_in, FIFO_LOOK_AGAIN)
+            ahead = Outlook(due_in=due, more_now=True)
         return received, ahead
 
     def _hand_on(self, count: int, ahead: Outlook) -> None:
