@@ -201,7 +201,7 @@ async def test_aws_sdk_for_javascript(served: tuple[str, Any], tmp_path: Path) -
     assert out["errors"] == {
         "missingQueue": "QueueDoesNotExist",
         "exists": "QueueNameExists",
-        "fifo": "UnsupportedOperation",
+        "fifo": "InvalidParameterValue",
         "badHandle": "ReceiptHandleIsInvalid",
         "tooMany": "TooManyEntriesInBatchRequest",
         "notDistinct": "BatchEntryIdsNotDistinct",

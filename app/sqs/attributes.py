@@ -7,12 +7,12 @@ import json
 import re
 from typing import Any
 
-from app.errors import QueueError
+from app.errors import InvalidRedrivePolicy, QueueError
 from app.queue import limits
 from app.queue.models import Queue, QueueStats
 from app.sqs.context import (
-    FIFO_NOT_SUPPORTED,
     Context,
+    is_fifo_name,
     param_str_list,
     param_str_map,
     queue_of,
@@ -35,17 +35,59 @@ READ_ONLY = (
     "LastModifiedTimestamp",
     "QueueArn",
 )
-ALL_QUEUE_ATTRIBUTES = (*READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy")
+# SQS value <-> engine value, for the FIFO attributes that are not booleans.
+DEDUPLICATION_SCOPES = {"queue": "queue", "messageGroup": "message_group"}
+THROUGHPUT_LIMITS = {"perQueue": "per_queue", "perMessageGroupId": "per_message_group_id"}
+# What only FIFO queues have, SQS's name -> the engine's (FifoQueue itself is fixed
+# when a queue is created).
+FIFO_ONLY = {
+    "ContentBasedDeduplication": "content_based_deduplication",
+    "DeduplicationScope": "deduplication_scope",
+    "FifoThroughputLimit": "fifo_throughput_limit",
+}
+FIFO_ATTRIBUTES = ("FifoQueue", *FIFO_ONLY)
+ALL_QUEUE_ATTRIBUTES = (*READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ATTRIBUTES)
 # Named by SQS, not supported here: never set; a Get leaves them out (as unset).
 NOT_SUPPORTED = (
     "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
-    "RedriveAllowPolicy", "FifoQueue", "ContentBasedDeduplication", "DeduplicationScope",
-    "FifoThroughputLimit",
+    "RedriveAllowPolicy",
 )
 
 
-def queue_changes(ctx: Context, given: dict[str, str]) -> dict[str, Any]:
-    """SQS queue attributes -> the engine's attribute changes."""
+def wants_fifo(given: dict[str, str]) -> bool:
+    """Whether a CreateQueue's attributes ask for a FIFO queue (the value itself is
+    checked by queue_changes)."""
+    return given.get("FifoQueue", "").strip().lower() == "true"
+
+
+def _boolean(name: str, value: str) -> bool:
+    flag = value.strip().lower()
+    if flag not in ("true", "false"):
+        raise SqsError(
+            "InvalidAttributeValue",
+            f"Invalid value for the parameter {name}. Valid values: true, false.",
+        )
+    return flag == "true"
+
+
+def _fifo_only(name: str, value: str) -> Any:
+    """A FIFO-only attribute's engine value."""
+    if name == "ContentBasedDeduplication":
+        return _boolean(name, value)
+    allowed = DEDUPLICATION_SCOPES if name == "DeduplicationScope" else THROUGHPUT_LIMITS
+    if value not in allowed:
+        raise SqsError(
+            "InvalidAttributeValue",
+            f"Invalid value for the parameter {name}. Valid values: {', '.join(allowed)}.",
+        )
+    return allowed[value]
+
+
+def queue_changes(
+    ctx: Context, given: dict[str, str], *, fifo: bool, creating: bool
+) -> dict[str, Any]:
+    """SQS queue attributes -> the engine's attribute changes, for a queue of that
+    type (`fifo`) being created or changed."""
     changes: dict[str, Any] = {}
     for name, value in given.items():
         if name in QUEUE_NUMBERS:
@@ -53,11 +95,33 @@ def queue_changes(ctx: Context, given: dict[str, str]) -> dict[str, Any]:
                 raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
             changes[QUEUE_NUMBERS[name]] = int(value)
         elif name == "RedrivePolicy":
-            changes.update(_redrive_policy(ctx, value))
-        elif name in ("FifoQueue", "SqsManagedSseEnabled") and value.lower() == "false":
-            continue  # what every queue here is
+            changes.update(_redrive_policy(ctx, value, fifo=fifo))
         elif name == "FifoQueue":
-            raise SqsError("UnsupportedOperation", FIFO_NOT_SUPPORTED)
+            wanted = _boolean(name, value)
+            if not fifo:
+                if not wanted:
+                    continue  # what a standard queue is (SQS refuses even this)
+                # SQS: a standard queue has no such attribute, and no queue
+                # changes its type.
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            if not wanted:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    "Invalid value for the parameter FifoQueue. Reason: Modifying queue type "
+                    "is not supported.",
+                )
+            if creating:
+                changes["fifo"] = True
+        elif name in FIFO_ONLY:
+            if not fifo:
+                raise SqsError(
+                    "InvalidAttributeName",
+                    f"Unknown Attribute {name}." if name == "ContentBasedDeduplication"
+                    else f"You can specify the {name} only when FifoQueue is set to true.",
+                )
+            changes[FIFO_ONLY[name]] = _fifo_only(name, value)
+        elif name == "SqsManagedSseEnabled" and value.lower() == "false":
+            continue  # what every queue here is
         elif name in NOT_SUPPORTED:
             raise SqsError(
                 "InvalidAttributeName", f"The attribute {name} is not supported by leaseq yet."
@@ -67,7 +131,7 @@ def queue_changes(ctx: Context, given: dict[str, str]) -> dict[str, Any]:
     return changes
 
 
-def _redrive_policy(ctx: Context, value: str) -> dict[str, Any]:
+def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
     if value.strip() in ("", "{}"):
         return {"dead_letter_queue": None, "max_receive_count": None}
     try:
@@ -92,15 +156,20 @@ def _redrive_policy(ctx: Context, value: str) -> dict[str, Any]:
     target = policy["deadLetterTargetArn"]
     if not isinstance(target, str):
         raise SqsError("InvalidAttributeValue", "deadLetterTargetArn must be a string.")
-    return {
-        "dead_letter_queue": ctx.name_from_arn(target, "deadLetterTargetArn"),
-        "max_receive_count": count,
-    }
+    dead_letter_queue = ctx.name_from_arn(target, "deadLetterTargetArn")
+    if is_fifo_name(dead_letter_queue) != fifo:
+        raise SqsError(
+            "InvalidParameterValue",
+            # SQS's words, its two full stops included.
+            f"Value {value[:1000]} for parameter RedrivePolicy is invalid. Reason: Dead-letter "
+            f"queue must be same type of queue as the source..",
+        )
+    return {"dead_letter_queue": dead_letter_queue, "max_receive_count": count}
 
 
 def attribute_error(exc: QueueError) -> SqsError:
     error = from_engine(exc)
-    if error.name in ("InvalidParameterValue",):
+    if error.name == "InvalidParameterValue" and not isinstance(exc, InvalidRedrivePolicy):
         return SqsError("InvalidAttributeValue", error.message)
     return error
 
@@ -117,6 +186,14 @@ def queue_attributes(ctx: Context, queue: Queue, stats: QueueStats) -> dict[str,
         "QueueArn": ctx.arn(queue.name),
         **{sqs: str(getattr(attrs, ours)) for sqs, ours in QUEUE_NUMBERS.items()},
     }
+    if attrs.fifo:
+        values.update({
+            "FifoQueue": "true",
+            "ContentBasedDeduplication": "true" if attrs.content_based_deduplication
+            else "false",
+            "DeduplicationScope": _sqs_value(DEDUPLICATION_SCOPES, attrs.deduplication_scope),
+            "FifoThroughputLimit": _sqs_value(THROUGHPUT_LIMITS, attrs.fifo_throughput_limit),
+        })
     if attrs.dead_letter_queue is not None:
         values["RedrivePolicy"] = json.dumps(
             {
@@ -127,6 +204,11 @@ def queue_attributes(ctx: Context, queue: Queue, stats: QueueStats) -> dict[str,
     return values
 
 
+def _sqs_value(values: dict[str, str], ours: str) -> str:
+    """An engine value by SQS's spelling (the engine only stores those it knows)."""
+    return {engine: sqs for sqs, engine in values.items()}.get(ours, ours)
+
+
 async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = queue_of(ctx, params)
     wanted = param_str_list(params, "AttributeNames")
@@ -134,6 +216,10 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         if attribute != "All" and attribute not in (*ALL_QUEUE_ATTRIBUTES, *NOT_SUPPORTED):
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute[:100]}.")
     queue, stats = await ctx.service.queues.get_queue(name)
+    if not queue.attributes.fifo:
+        for attribute in wanted:
+            if attribute in FIFO_ATTRIBUTES:  # SQS: asked of a standard queue, unknown
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute}.")
     values = queue_attributes(ctx, queue, stats)
     if "All" not in wanted:
         values = {k: v for k, v in values.items() if k in wanted}
@@ -146,7 +232,7 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     for attribute in given:
         if attribute in READ_ONLY:
             raise SqsError("InvalidAttributeName", f"Attribute {attribute} is read-only.")
-    changes = queue_changes(ctx, given)
+    changes = queue_changes(ctx, given, fifo=is_fifo_name(name), creating=False)
     try:
         await ctx.service.queues.update_queue(name, changes)
     except QueueError as exc:

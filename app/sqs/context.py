@@ -15,8 +15,6 @@ from app.queue.redrive import Redrives
 from app.queue.service import QueueService
 from app.sqs.errors import SqsError
 
-FIFO_NOT_SUPPORTED = "FIFO queues are not supported by leaseq yet."
-
 
 @dataclass
 class Context:
@@ -45,6 +43,11 @@ class Context:
             raise SqsError("QueueDoesNotExist", f"The queue {arn} does not exist.")
         return parts[5]
 
+
+def is_fifo_name(name: str) -> bool:
+    """Whether a queue is FIFO, from its name: the engine gives ".fifo" names to FIFO
+    queues and only to them (SQS's rule), so no lookup is needed."""
+    return name.endswith(limits.FIFO_SUFFIX)
 
 
 def param_str(params: dict[str, Any], name: str, *, required: bool = False) -> str | None:

@@ -6,18 +6,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.errors import InvalidReceiptHandle, LeaseLost
+from app.errors import InvalidReceiptHandle, LeaseLost, MissingParameter
 from app.queue import limits
-from app.queue.models import EntryError, MessageAttribute, OutgoingMessage
+from app.queue.models import EntryError, MessageAttribute, OutgoingMessage, SentMessage
 from app.queue.service import message_size
 from app.sqs import md5
 from app.sqs.context import (
-    FIFO_NOT_SUPPORTED,
     Context,
     check_text,
+    is_fifo_name,
     millis,
     param_int,
     param_ranged,
@@ -34,11 +35,16 @@ _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[^\x00-\x1f]{1,})?$")
 SYSTEM_ATTRIBUTES = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+    # FIFO queues' messages only.
+    "MessageGroupId", "MessageDeduplicationId", "SequenceNumber",
 )
-# Message system attributes of FIFO queues and tracing: never present here.
-SYSTEM_NOT_PRESENT = (
-    "AWSTraceHeader", "MessageDeduplicationId", "MessageGroupId", "SequenceNumber",
-    "SqsManagedSseEnabled", "DeadLetterQueueSourceArn",
+# Message system attributes of tracing and the like: never present here.
+SYSTEM_NOT_PRESENT = ("AWSTraceHeader", "SqsManagedSseEnabled", "DeadLetterQueueSourceArn")
+# SQS's words for what a FIFO queue's messages need.
+NEEDS_GROUP = "The request must contain the parameter MessageGroupId."
+NEEDS_DEDUPLICATION = (
+    "The queue should either have ContentBasedDeduplication enabled or "
+    "MessageDeduplicationId provided explicitly"
 )
 
 
@@ -124,22 +130,74 @@ def _message_attributes(value: Any) -> dict[str, MessageAttribute]:
     return typed
 
 
-def _outgoing(ctx: Context, entry: dict[str, Any]) -> OutgoingMessage:
+@dataclass(frozen=True)
+class QueueKind:
+    """What a send needs to know of its queue: FIFO or not, and for a FIFO queue
+    whether it deduplicates by content."""
+
+    fifo: bool
+    content_based_deduplication: bool = False
+
+
+async def _kind(ctx: Context, name: str) -> QueueKind:
+    # A standard queue is known by its name, with no lookup; a FIFO queue's
+    # deduplication is one of its attributes (usually cached).
+    if not is_fifo_name(name):
+        return QueueKind(fifo=False)
+    queue = await ctx.service.queues.find(name)
+    return QueueKind(queue.attributes.fifo, queue.attributes.content_based_deduplication)
+
+
+def _fifo_id(entry: dict[str, Any], name: str) -> str | None:
+    value = param_str(entry, name)
+    if value is not None and not limits.FIFO_ID.fullmatch(value):
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {value[:200]} for parameter {name} is invalid. Reason: {name} can only "
+            f"include alphanumeric and punctuation characters. 1 to 128 in length.",
+        )
+    return value
+
+
+def _outgoing(ctx: Context, entry: dict[str, Any], kind: QueueKind) -> OutgoingMessage:
     body = param_str(entry, "MessageBody")
     if not body:
         raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
     check_text(body, "the message body")
-    for fifo_only in ("MessageDeduplicationId", "MessageGroupId"):
-        if entry.get(fifo_only) is not None:
-            raise SqsError(
-                "InvalidParameterValue",
-                f"The request include parameter {fifo_only}, which is for FIFO queues; "
-                f"{FIFO_NOT_SUPPORTED}",
-            )
     if entry.get("MessageSystemAttributes"):
         raise SqsError(
             "InvalidParameterValue", "MessageSystemAttributes are not supported by leaseq yet."
         )
+    group = _fifo_id(entry, "MessageGroupId")
+    deduplication_id = _fifo_id(entry, "MessageDeduplicationId")
+    if kind.fifo:
+        # A FIFO queue's messages take the queue's delay only (0 is no delay of its own).
+        delay = param_int(entry, "DelaySeconds")
+        if delay:
+            raise SqsError(
+                "InvalidParameterValue",
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
+                f"include parameter that is not valid for this queue type.",
+            )
+        if group is None:
+            raise SqsError("MissingParameter", NEEDS_GROUP)
+        if deduplication_id is None and not kind.content_based_deduplication:
+            raise SqsError("InvalidParameterValue", NEEDS_DEDUPLICATION)
+        return OutgoingMessage(
+            body=body,
+            typed_attributes=_message_attributes(entry.get("MessageAttributes")),
+            sender_id=ctx.sender_id,
+            group_id=group,
+            deduplication_id=deduplication_id,
+        )
+    if deduplication_id is not None:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {deduplication_id} for parameter MessageDeduplicationId is invalid. Reason: "
+            f"The request includes a parameter that is not valid for this queue type.",
+        )
+    # A MessageGroupId on a standard queue is accepted and ignored (SQS's fair
+    # queues use it to share out delivery; every message here is delivered alike).
     return OutgoingMessage(
         body=body,
         delay=param_ranged(entry, "DelaySeconds", *limits.DELAY),
@@ -148,21 +206,33 @@ def _outgoing(ctx: Context, entry: dict[str, Any]) -> OutgoingMessage:
     )
 
 
-def _sent(message: OutgoingMessage, message_id: str) -> dict[str, Any]:
-    result = {"MessageId": message_id, "MD5OfMessageBody": md5.of_body(message.body)}
+def _sent(message: OutgoingMessage, sent: SentMessage) -> dict[str, Any]:
+    result = {"MessageId": sent.message_id, "MD5OfMessageBody": md5.of_body(message.body)}
     digest = md5.of_attributes(message.typed_attributes or {})
     if digest is not None:
         result["MD5OfMessageAttributes"] = digest
+    if sent.sequence_number is not None:
+        result["SequenceNumber"] = sent.sequence_number
     return result
+
+
+def _send_error(error: Exception) -> SqsError:
+    """What SQS answers for a message the engine refused."""
+    if isinstance(error, MissingParameter):
+        if error.parameter == "group":
+            return SqsError("MissingParameter", NEEDS_GROUP)
+        if error.parameter == "deduplication_id":
+            return SqsError("InvalidParameterValue", NEEDS_DEDUPLICATION)
+    return from_engine(error)
 
 
 async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = queue_of(ctx, params)
-    message = _outgoing(ctx, params)
+    message = _outgoing(ctx, params, await _kind(ctx, name))
     (result,) = await ctx.service.send(name, [message])
     if isinstance(result, EntryError):
-        raise from_engine(result.error)
-    return _sent(message, result.message_id)
+        raise _send_error(result.error)
+    return _sent(message, result)
 
 
 def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,12 +278,22 @@ def _failure(entry_id: str, error: SqsError) -> dict[str, Any]:
 async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = queue_of(ctx, params)
     entries = _entries(params)
+    kind = await _kind(ctx, name)
+    if kind.fifo:
+        # SQS refuses the whole batch, not the entry, for these two.
+        for entry in entries:
+            if entry.get("MessageDeduplicationId") is None and not (
+                kind.content_based_deduplication
+            ):
+                raise SqsError("InvalidParameterValue", NEEDS_DEDUPLICATION)
+            if entry.get("MessageGroupId") is None:
+                raise SqsError("InvalidParameterValue", NEEDS_GROUP)
     failed: list[dict[str, Any]] = []
     ready: list[tuple[str, OutgoingMessage]] = []
     total = 0
     for entry in entries:
         try:
-            message = _outgoing(ctx, entry)
+            message = _outgoing(ctx, entry, kind)
         except SqsError as error:
             failed.append(_failure(entry["Id"], error))
             continue
@@ -230,9 +310,9 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
         results = await ctx.service.send(name, [m for _, m in ready])
         for (entry_id, message), result in zip(ready, results, strict=True):
             if isinstance(result, EntryError):
-                failed.append(_failure(entry_id, from_engine(result.error)))
+                failed.append(_failure(entry_id, _send_error(result.error)))
             else:
-                successful.append({"Id": entry_id, **_sent(message, result.message_id)})
+                successful.append({"Id": entry_id, **_sent(message, result)})
     return {"Successful": successful, "Failed": failed}
 
 
@@ -260,12 +340,23 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     ]
     attribute_names = param_str_list(params, "MessageAttributeNames")
     max_messages = param_ranged(params, "MaxNumberOfMessages", *limits.RECEIVE_MAX)
+    attempt_id = param_str(params, "ReceiveRequestAttemptId")
+    if not is_fifo_name(name):
+        attempt_id = None  # SQS: for FIFO queues only; ignored elsewhere
+    elif attempt_id is not None and not limits.FIFO_ID.fullmatch(attempt_id):
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {attempt_id[:200]} for parameter ReceiveRequestAttemptId is invalid. "
+            f"Reason: It can only include alphanumeric and punctuation characters. 1 to 128 "
+            f"in length.",
+        )
     received = await ctx.service.receive(
         name,
         max_messages=1 if max_messages is None else max_messages,
         visibility_timeout=param_ranged(params, "VisibilityTimeout", *limits.VISIBILITY_TIMEOUT),
         wait=param_ranged(params, "WaitTimeSeconds", *limits.RECEIVE_WAIT),
         gone=ctx.gone,
+        attempt_id=attempt_id,
     )
     messages = []
     for message in received:
@@ -275,14 +366,20 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             "MD5OfBody": md5.of_body(message.body),
             "Body": message.body,
         }
-        system_values = {
+        system_values: dict[str, str | None] = {
             "SenderId": message.sender_id or ctx.account,
             "SentTimestamp": millis(message.sent_at),
             "ApproximateReceiveCount": str(message.receive_count),
             "ApproximateFirstReceiveTimestamp": millis(message.first_received_at),
+            "MessageGroupId": message.group_id,  # these three: None on a standard queue
+            "MessageDeduplicationId": message.deduplication_id,
+            "SequenceNumber": message.sequence_number,
         }
-        if wanted_system:
-            out["Attributes"] = {k: system_values[k] for k in wanted_system}
+        chosen_system = {
+            k: value for k in wanted_system if (value := system_values[k]) is not None
+        }
+        if chosen_system:
+            out["Attributes"] = chosen_system
         chosen = {
             k: v for k, v in message.typed_attributes.items() if _wants(attribute_names, k)
         }

@@ -10,10 +10,10 @@ from typing import Any
 from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
 from app.errors import QueueError
 from app.queue import limits
-from app.sqs.attributes import attribute_error, check_tags, queue_changes
+from app.sqs.attributes import attribute_error, check_tags, queue_changes, wants_fifo
 from app.sqs.context import (
-    FIFO_NOT_SUPPORTED,
     Context,
+    is_fifo_name,
     param_ranged,
     param_required,
     param_str,
@@ -27,16 +27,20 @@ LIST_QUEUES_MAX = 1000
 
 async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = param_required(params, "QueueName")
-    if name.endswith(".fifo"):
-        raise SqsError("UnsupportedOperation", FIFO_NOT_SUPPORTED)
-    if not limits.is_queue_name(name):
+    given = param_str_map(params, "Attributes")
+    fifo = wants_fifo(given)
+    if not limits.is_queue_name(name) or is_fifo_name(name) != fifo:
+        # SQS's words: a ".fifo" name is refused as any other bad name unless
+        # FifoQueue is true.
         raise SqsError(
             "InvalidParameterValue",
-            "Can only include alphanumeric characters, hyphens, or underscores. "
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+            "underscores, must end with .fifo suffix and be 1 to 80 in length." if fifo
+            else "Can only include alphanumeric characters, hyphens, or underscores. "
             "1 to 80 in length",
         )
     ctx.principal.require("admin", name)
-    changes = queue_changes(ctx, param_str_map(params, "Attributes"))
+    changes = queue_changes(ctx, given, fifo=fifo, creating=True)
     tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
     check_tags(*tags, *tags.values())
     try:

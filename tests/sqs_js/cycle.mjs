@@ -97,7 +97,7 @@ await sqs.send(new PurgeQueueCommand({ QueueUrl: url }));
 out.errors = {
   missingQueue: await code(new GetQueueUrlCommand({ QueueName: "js-nope" })),
   exists: await code(new CreateQueueCommand({ QueueName: "js-work", Attributes: { DelaySeconds: "9" } })),
-  fifo: await code(new CreateQueueCommand({ QueueName: "js.fifo", Attributes: { FifoQueue: "true" } })),
+  fifo: await code(new CreateQueueCommand({ QueueName: "js-not-fifo", Attributes: { FifoQueue: "true" } })),
   badHandle: await code(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: "nope" })),
   tooMany: await code(new SendMessageBatchCommand({ QueueUrl: url, Entries: Array.from({ length: 11 }, (_, i) => ({ Id: `e${i}`, MessageBody: "x" })) })),
   notDistinct: await code(new DeleteMessageBatchCommand({ QueueUrl: url, Entries: [{ Id: "x", ReceiptHandle: "a" }, { Id: "x", ReceiptHandle: "b" }] })),
