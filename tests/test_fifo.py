@@ -386,3 +386,18 @@ async def test_expired_deduplication_ids_and_attempts_are_swept(
     left = await db.fetch("SELECT deduplication_id FROM message_deduplication ORDER BY 1")
     assert [r[0] for r in left] == ["m2", "m3", "m4"]
     assert await db.fetchval("SELECT count(*) FROM receive_attempts") == 0
+
+
+async def test_a_fifo_queues_delay_applies_to_the_messages_already_waiting(
+    client: httpx.AsyncClient,
+) -> None:
+    queue = await fifo_queue(client, delay=600)
+    await send_fifo(client, queue, "m0", "G")
+    assert await receive(client, queue) == []
+    stats = (await client.get(f"/v1/queues/{queue}")).json()["stats"]
+    assert (stats["visible"], stats["delayed"]) == (0, 1)
+    # As SQS has it for FIFO queues: a change of the delay is retroactive.
+    patched = await client.patch(f"/v1/queues/{queue}", json={"delay": 0})
+    assert patched.status_code == 200, patched.text
+    (message,) = await receive(client, queue)
+    assert message["body"] == "m0"

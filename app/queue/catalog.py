@@ -167,10 +167,11 @@ class QueueCatalog:
     async def get_queue(self, name: str) -> tuple[Queue, QueueStats]:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
-            (row,) = await session.fetch(
-                Q.queue_stats,
-                {"queue_id": queue.id, "retention": queue.attributes.message_retention},
-            )
+            (row,) = await session.fetch(Q.queue_stats, {
+                "queue_id": queue.id,
+                "retention": queue.attributes.message_retention,
+                "fifo_delay": queue.attributes.delay if queue.attributes.fifo else 0,
+            })
         stats = QueueStats(
             visible=row["visible"],
             in_flight=row["in_flight"],
@@ -200,6 +201,10 @@ class QueueCatalog:
             wanted = attributes.merge(current.attributes, changes)
             values = await attributes.sql_values(session, name, wanted)
             (row,) = await session.fetch(Q.update_queue, {"id": current.id, **values})
+            if wanted.fifo and wanted.delay < current.attributes.delay:
+                # A FIFO queue's delay counts from each message's sending: a
+                # shorter one may make its groups claimable sooner.
+                await session.execute(Q.touch_groups, {"queue_id": current.id, "ids": None})
             await _announce_change(session, current.id)
             return _queue_from_row(row)
 

@@ -327,6 +327,7 @@ def fifo_claim_params(
         "lock_groups": len(wants) - 1 + wants[-1] + 10,
         "dead_letter_queue_id": queue.dead_letter_queue_id,
         "max_receive_count": queue.attributes.max_receive_count,
+        "delay": queue.attributes.delay,
     }
 
 

@@ -136,9 +136,18 @@ DELETE FROM messages WHERE queue_id = :queue_id;
 
 -- name: queue_stats
 -- Live counts by state. Messages past retention are already gone for clients.
-SELECT count(*) FILTER (WHERE visible_at <= statement_timestamp()) AS visible,
+-- A FIFO queue's messages wait out its delay from their sent_at (:fifo_delay;
+-- 0 for a standard queue, whose messages have their delay in visible_at).
+SELECT count(*) FILTER (WHERE visible_at <= statement_timestamp()
+                          AND sent_at <= statement_timestamp()
+                                         - CAST(:fifo_delay AS integer) * interval '1 second')
+           AS visible,
        count(*) FILTER (WHERE visible_at > statement_timestamp() AND leased) AS in_flight,
-       count(*) FILTER (WHERE visible_at > statement_timestamp() AND NOT leased) AS delayed,
+       count(*) FILTER (WHERE NOT leased
+                          AND (visible_at > statement_timestamp()
+                               OR sent_at > statement_timestamp()
+                                            - CAST(:fifo_delay AS integer) * interval '1 second'))
+           AS delayed,
        coalesce(extract(epoch FROM statement_timestamp() - min(sent_at)), 0)
            AS oldest_age_seconds
 FROM messages
@@ -550,7 +559,9 @@ VACUUM (ANALYZE) messages;
 -- message and sequence number it named, and nothing is stored (the first
 -- send's five minutes are not extended). The caller gives each (scope,
 -- deduplication id) once per statement. Receivers are woken once per group
--- that got a message. A FIFO message has no delay of its own: the queue's.
+-- that got a message. A FIFO message has no delay of its own: the queue's,
+-- counted from its sent_at by the claim (so a change of the queue's delay
+-- applies to the messages already waiting, as SQS has it for FIFO queues).
 WITH input AS MATERIALIZED (
     SELECT m.*, gen_random_uuid() AS message_id
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
@@ -598,8 +609,7 @@ sent AS (
                           group_id, sequence_number, deduplication_id, visible_at)
     SELECT :queue_id, n.message_id, n.body, CAST(n.attributes AS jsonb),
            CAST(n.attribute_types AS jsonb), n.sender_id, n.group_id, n.sequence_number,
-           n.deduplication_id,
-           statement_timestamp() + CAST(:delay AS integer) * interval '1 second'
+           n.deduplication_id, statement_timestamp()
     FROM numbered AS n
     JOIN accepted AS a ON a.message_id = n.message_id
     ORDER BY n.ord
@@ -623,7 +633,8 @@ ORDER BY n.ord;
 --   2. The first 10 messages of each (a receive takes at most 10, and a claim
 --      takes a group's first messages, so whatever of a group is in flight
 --      is among them): a group with a message in flight is blocked; of the
---      others, the messages visible from the head on are open.
+--      others, the messages visible from the head on are open (visible: its
+--      deadline passed, and the queue's :delay since it was sent).
 --   3. Open groups go to the receivers of :wants (one number each, in order):
 --      receiver r < n gets the r-th group; the last receiver gets the rest,
 --      in order, up to its number -- a receive takes as many messages of one
@@ -651,14 +662,17 @@ WITH looked_at AS (
 ),
 window_rows AS (
     SELECT l.group_id, l.hint, l.version = s.version AS unchanged,
-           w.id, w.sequence_number, w.receive_count, w.visible_at, w.leased,
+           w.id, w.sequence_number, w.receive_count, w.leased,
+           greatest(w.visible_at,
+                    w.sent_at + CAST(:delay AS integer) * interval '1 second') AS visible_at,
            w.leased AND w.visible_at > statement_timestamp() AS in_flight,
-           bool_and(w.visible_at <= statement_timestamp())
+           bool_and(w.visible_at <= statement_timestamp() AND w.sent_at <= statement_timestamp()
+                    - CAST(:delay AS integer) * interval '1 second')
                OVER (PARTITION BY l.group_id ORDER BY w.sequence_number) AS ready
     FROM looked_at AS l
     JOIN message_groups AS s ON s.queue_id = :queue_id AND s.group_id = l.group_id
     LEFT JOIN LATERAL (
-        SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased
+        SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased, m.sent_at
         FROM messages AS m
         WHERE m.queue_id = :queue_id AND m.group_id = l.group_id
           AND m.sent_at > statement_timestamp()
