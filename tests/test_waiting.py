@@ -134,3 +134,20 @@ async def test_the_databases_notice_reads_back_as_what_it_said(db: asyncpg.Conne
             "SELECT leaseq_notice($1, $2, $3)", queue_id, ready, due_in
         ))
     assert said == [Ready(3, 2, None), Ready(9, 0, 1.25), Ready(12, 5, 0.0)]
+
+
+def test_a_timer_less_than_a_millisecond_away_is_rescheduled_under_uvloop() -> None:
+    """uvloop answers such a call_at with a Handle that has no when(): the hub
+    keeps the deadline itself (a second schedule once failed the receive, 500)."""
+    import uvloop
+
+    async def schedule_twice() -> bool:
+        hub = WaitHub()
+        waiter = hub.park(1)
+        waiter.idle = True
+        hub.schedule(1, 0.0004)
+        hub.schedule(1, 0.01)  # later than the one set: kept as it is
+        await asyncio.wait_for(waiter.woken, 5)
+        return waiter.woken.done()
+
+    assert uvloop.run(schedule_twice())

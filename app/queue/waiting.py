@@ -72,7 +72,10 @@ class Waiter:
 @dataclass
 class _Line:
     waiters: deque[Waiter] = field(default_factory=deque)
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.Handle | None = None
+    # When the timer fires, kept beside it: uvloop hands out a plain Handle,
+    # without when(), for a call_at less than a millisecond away.
+    timer_at: float = 0.0
     looking: int = 0  # receivers of this line inside a claim right now
 
 
@@ -244,10 +247,11 @@ class WaitHub:
         loop = asyncio.get_running_loop()
         when = loop.time() + max(seconds, 0.0)
         if line.timer is not None:
-            if line.timer.when() <= when:
+            if line.timer_at <= when:
                 return
             line.timer.cancel()
         line.timer = loop.call_at(when, self._timer_fired, queue_id)
+        line.timer_at = when
 
     def _timer_fired(self, queue_id: int) -> None:
         self._bump(queue_id)
