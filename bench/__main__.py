@@ -8,6 +8,10 @@ is set) and prints one table, measured in one run on one PostgreSQL:
   at 1, 4 and 16 concurrent clients;
 - rest: the same cycle through leaseq's REST API, and the ratio rest / raw;
 - lost and duplicated messages of every row (lost must be 0);
+- fifo: the REST cycle (batches of 10, 16 clients) on a FIFO queue, its
+  messages spread over 100 message groups and all in one hot group (the worst
+  case: one batch in flight at a time), as a ratio of the standard queue's
+  REST cycle measured just before them;
 - the cycle (REST, batches of 10, 16 clients) with and without N in-flight
   leases heartbeating every lease/3 through the batch heartbeat endpoint;
 - send -> receive latency through a waiting long poll.
@@ -120,6 +124,36 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                                                                      1e-9)
             rows.append(row)
     return rows
+
+
+def fifo_rows(service: Service, url: str, *, seconds: float, processes: int,
+              clients: int = 16, batch: int = 10) -> dict[str, Any]:
+    """The REST cycle on FIFO queues, 100 groups and one hot group, each as a
+    ratio of the standard queue's measured just before them (same clients,
+    same batches, fresh queues)."""
+    service_cpu = _service_cpu(service)
+    database_cpu = service.database_cpu_seconds
+
+    def measure(name: str, groups: int | None) -> dict[str, Any]:
+        _call(service.port, "POST", "/v1/queues",
+              {"name": name, **({} if groups is None else {"fifo": True})})
+        queue_id = _queue_id(url, name)
+        result = cycle.run(
+            "rest" if groups is None else "fifo", service.port, name, clients=clients,
+            batch=batch, seconds=seconds, processes=processes, groups=groups,
+            service_cpu=service_cpu, database_cpu=database_cpu,
+            remaining=lambda: _ids(
+                url, "SELECT message_id::text FROM messages WHERE queue_id = $1", queue_id),
+        )
+        return result.as_dict()
+
+    standard = measure("fifo-bench-standard", None)
+    rows = []
+    for groups in (100, 1):
+        row = measure(f"fifo-bench-{groups}.fifo", groups)
+        row["ratio"] = row["messages_per_second"] / max(standard["messages_per_second"], 1e-9)
+        rows.append(row)
+    return {"clients": clients, "batch": batch, "standard": standard, "rows": rows}
 
 
 def _grouping(port: int) -> dict[str, tuple[int, int]]:
@@ -236,6 +270,7 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"  group commit, {'single' if row['rest']['batch'] == 1 else 'batch 10'}, "
                   f"16 clients: requests per statement: "
                   + ", ".join(f"{op} {value:.1f}" for op, value in grouping.items()))
+    print_fifo(report["fifo"])
     bare = report.get("bare_floor")
     if bare is not None:
         print(f"uvicorn floor: a bare ASGI app, {bare['clients']} clients: "
@@ -267,6 +302,28 @@ def print_table(report: dict[str, Any]) -> None:
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
 
 
+def print_fifo(fifo: dict[str, Any]) -> None:
+    print(f"FIFO queues, batch {fifo['batch']}, {fifo['clients']} clients, against the standard "
+          "queue's REST cycle measured just before them (target for 100 groups: >= 0.50)")
+    print(f"{'fifo cycle':<22}{'msg/s':>8}{'/standard':>11}{'lost':>6}{'dup':>5}"
+          f"{'empty rcv':>11}{'claim p99':>11}{'delete p99':>12}{'gen CPU':>9}{'svc CPU':>9}"
+          f"{'db CPU':>8}")
+    standard = fifo["standard"]
+    for label, row, ratio in [
+        ("standard queue", standard, 1.0),
+        *((f"FIFO, {row['groups']} groups" if row["groups"] > 1 else "FIFO, 1 hot group",
+           row, row["ratio"]) for row in fifo["rows"]),
+    ]:
+        print(f"{label:<22}{row['messages_per_second']:>8.0f}{ratio:>11.2f}{row['lost']:>6}"
+              f"{row['duplicated']:>5}"
+              f"{100 * row['empty_receives'] / max(row['receives'], 1):>10.0f}%"
+              f"{row['claim_p99_ms']:>9.1f}ms{row['delete_p99_ms']:>10.1f}ms"
+              f"{row['generator_cpu_percent']:>8.0f}%{row['service_cpu_percent'] or 0:>8.0f}%"
+              f"{row['database_cpu_percent'] or 0:>7.0f}%")
+    print("  (empty rcv: the receives that found nothing to claim; on a FIFO queue nothing "
+          "more of a group is handed out while a batch of it is in flight)")
+
+
 def _us_per_request(floor: dict[str, Any]) -> float:
     rate: float = floor["requests_per_second"]
     percent: float = floor["service_cpu_percent"]
@@ -286,6 +343,24 @@ def _cpu_per_message(result: dict[str, Any]) -> float:
     percent: float = result["service_cpu_percent"] or 0.0
     rate: float = result["messages_per_second"]
     return 1e6 * percent / 100 / max(rate, 1e-9)
+
+
+def fifo_only(quick: bool, workers: int | None) -> dict[str, Any]:
+    """Only the FIFO rows (and the standard row they are compared with)."""
+    seconds = 2.0 if quick else 8.0
+    with running_service(workers=workers) as service:
+        _wait_settled(service)
+        report: dict[str, Any] = {
+            "when": datetime.now().isoformat(timespec="seconds"),
+            "quick": quick,
+            "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded",
+            "seconds": seconds,
+            "processes": 2,
+            "workers": service.workers,
+        }
+        report["fifo"] = fifo_rows(service, database_url(service), seconds=seconds,
+                                   processes=2)
+    return report
 
 
 def main(quick: bool, workers: int | None) -> dict[str, Any]:
@@ -310,6 +385,7 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
         report["bare_floor"] = bare_floor(seconds=seconds, processes=processes)
         report["cycle"] = cycle_rows(service, url, seconds=seconds, clients=clients,
                                      processes=processes)
+        report["fifo"] = fifo_rows(service, url, seconds=seconds, processes=processes)
         report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,
                                               processes=processes)
         report["long_poll"] = None
@@ -370,9 +446,17 @@ def cli() -> None:
     parser.add_argument("--output", type=Path, help="where to write the JSON results")
     parser.add_argument("--workers", type=int, default=None,
                         help="uvicorn workers of the service (default: leaseq serve's own)")
+    parser.add_argument("--fifo-only", action="store_true",
+                        help="only the FIFO rows and the standard row they are compared with")
     args = parser.parse_args()
-    report = main(args.quick, args.workers)
-    print_table(report)
+    if args.fifo_only:
+        report = fifo_only(args.quick, args.workers)
+        print(f"\nleaseq benchmark, FIFO rows ({os.cpu_count()} cores, {report['database']}, "
+              f"{report['workers']} service worker(s), {report['seconds']:.0f} s a row)")
+        print_fifo(report["fifo"])
+    else:
+        report = main(args.quick, args.workers)
+        print_table(report)
     path = args.output or RESULTS / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))

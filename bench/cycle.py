@@ -3,6 +3,9 @@
 - raw: the cycle written directly in SQL with asyncpg on the same database:
   the strongest baseline there is, no HTTP, no service.
 - rest: the same cycle through leaseq's REST API.
+- fifo: the REST cycle on a FIFO queue: each message in one of `groups`
+  message groups (each client sends to the next groups in turn), with a
+  deduplication id of its own; one batch of a group is in flight at a time.
 - worker: the cycle as the workers run it, each acknowledgement riding on the
   next receive (`POST .../receive` with `delete`): two requests a message.
 - sqs: the same cycle through the SQS door's JSON protocol, as boto3 sends it
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import resource
 import time
 import uuid
@@ -65,6 +69,7 @@ class Share:
     claimed: list[str] = field(default_factory=list)
     claim_seconds: list[float] = field(default_factory=list)
     delete_seconds: list[float] = field(default_factory=list)
+    empty_receives: int = 0
     requests: int = 0
     cpu_seconds: float = 0.0
 
@@ -97,18 +102,41 @@ async def _raw_client(dsn: str, queue_id: int, batch: int, until: float, share: 
         await conn.close()
 
 
+class _Groups:
+    """The entries a client sends: a standard queue's, or a FIFO queue's, each in
+    the next of `groups` groups (from a random one on), with a unique
+    deduplication id."""
+
+    def __init__(self, groups: int | None) -> None:
+        self.groups = groups
+        self.next = random.randrange(groups) if groups else 0
+
+    def entry(self) -> dict[str, str]:
+        if not self.groups:
+            return {"body": "x"}
+        group, self.next = self.next, (self.next + 1) % self.groups
+        return {"body": "x", "group": f"g{group}", "deduplication_id": uuid.uuid4().hex}
+
+    def entries(self, batch: int) -> list[dict[str, str]]:
+        if not self.groups:
+            return [{"body": "x"}] * batch
+        return [self.entry() for _ in range(batch)]
+
+
 async def _rest_client(port: int, queue: str, batch: int, until: float, share: Share,
-                       headers: dict[str, str] | None = None) -> None:
+                       headers: dict[str, str] | None = None,
+                       groups: int | None = None) -> None:
     http = await Http.open(port, headers)
     base = f"/v1/queues/{queue}"
+    entries = _Groups(groups)
     try:
         while time.monotonic() < until:
             if batch == 1:
-                _, sent = await http.request("POST", f"{base}/messages", {"body": "x"})
+                _, sent = await http.request("POST", f"{base}/messages", entries.entry())
                 share.sent.append(sent["message_id"])
             else:
                 _, sent = await http.request(
-                    "POST", f"{base}/messages", {"messages": [{"body": "x"}] * batch}
+                    "POST", f"{base}/messages", {"messages": entries.entries(batch)}
                 )
                 share.sent.extend(r["message_id"] for r in sent["results"])
             start = time.perf_counter()
@@ -119,6 +147,7 @@ async def _rest_client(port: int, queue: str, batch: int, until: float, share: S
             messages = got["messages"]
             share.claimed.extend(m["message_id"] for m in messages)
             if not messages:
+                share.empty_receives += 1
                 continue
             start = time.perf_counter()
             if batch == 1:
@@ -254,7 +283,8 @@ async def _floor_client(port: int, until: float, share: Share) -> None:
 
 
 def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
-               seconds: float, headers: dict[str, str] | None = None) -> Share:
+               seconds: float, headers: dict[str, str] | None = None,
+               groups: int | None = None) -> Share:
     """One generator process: `clients` concurrent clients for `seconds`."""
     share = Share()
     cpu = _cpu()
@@ -269,6 +299,9 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
             runs = [_sqs_client(target, queue, batch, until, share) for _ in range(clients)]
         elif kind == "worker":
             runs = [_worker_client(target, queue, batch, until, share, headers)
+                    for _ in range(clients)]
+        elif kind == "fifo":
+            runs = [_rest_client(target, queue, batch, until, share, headers, groups)
                     for _ in range(clients)]
         else:
             runs = [_rest_client(target, queue, batch, until, share, headers)
@@ -294,6 +327,9 @@ class Result:
     generator_cpu_percent: float
     service_cpu_percent: float | None = None
     database_cpu_percent: float | None = None
+    receives: int = 0
+    empty_receives: int = 0  # counted by the rest and fifo clients
+    groups: int | None = None  # the fifo cycle's message groups
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -301,13 +337,14 @@ class Result:
 
 def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds: float,
         processes: int, remaining: Any, service_cpu: Any = None, database_cpu: Any = None,
-        headers: dict[str, str] | None = None) -> Result:
+        headers: dict[str, str] | None = None, groups: int | None = None) -> Result:
     """Runs the cycle with `clients` spread over `processes` generator processes.
 
     `remaining()` returns the ids still in the queue afterwards (the cycle's
     last sends may be unclaimed: not lost); `service_cpu()` the service's CPU
     seconds so far, if there is a service, and `database_cpu()` PostgreSQL's;
-    `headers` go with every REST request (an API key's Authorization).
+    `headers` go with every REST request (an API key's Authorization);
+    `groups` is the fifo cycle's number of message groups.
     """
     processes = max(1, min(processes, clients))
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
@@ -315,7 +352,8 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
     database_before = database_cpu() if database_cpu else None
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds, headers)
+        futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds, headers,
+                               groups)
                    for n in per]
         shares = [f.result() for f in futures]
     wall = time.monotonic() - start
@@ -340,6 +378,9 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
         generator_cpu_percent=100 * sum(s.cpu_seconds for s in shares) / wall,
         service_cpu_percent=service_percent,
         database_cpu_percent=database_percent,
+        receives=sum(len(s.claim_seconds) for s in shares),
+        empty_receives=sum(s.empty_receives for s in shares),
+        groups=groups,
     )
 
 

@@ -39,6 +39,10 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
                for line in lines)
     assert any(line.startswith("uvicorn floor: a bare ASGI app") for line in lines)
     assert any(line.startswith("  service CPU per message: single x1") for line in lines)
+    fifo = next(i for i, line in enumerate(lines) if line.startswith("fifo cycle"))
+    assert lines[fifo - 1].startswith("FIFO queues, batch 10, 16 clients")
+    assert [row.split("  ")[0] for row in lines[fifo + 1 : fifo + 4]] == [
+        "standard queue", "FIFO, 100 groups", "FIFO, 1 hot group"]
     assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
     assert any(line.startswith("send -> receive through a long poll") for line in lines)
     assert any(line.startswith("HTTP floor: GET /healthz") for line in lines)
@@ -57,6 +61,12 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
             if row["rest"]["batch"] == 10:  # the SQS door's JSON protocol
                 assert row["sqs"]["messages_per_second"] > 0 and row["sqs"]["lost"] == 0
                 assert row["sqs"]["database_cpu_percent"] > 0
+    standard, *fifo_rows = [report["fifo"]["standard"], *report["fifo"]["rows"]]
+    assert [row["groups"] for row in fifo_rows] == [100, 1]
+    for row in (standard, *fifo_rows):
+        assert row["messages_per_second"] > 0 and row["lost"] == 0 and row["duplicated"] == 0
+        assert row["clients"] == 16 and row["batch"] == 10
+    assert all(row["ratio"] > 0 for row in fifo_rows)
     (beats,) = report["heartbeats"]
     assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
     assert report["long_poll"]["n"] == 100
