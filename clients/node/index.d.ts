@@ -9,8 +9,14 @@ export interface CallOptions {
 export interface OutgoingMessage {
   body: string;
   attributes?: Record<string, string>;
+  /** Standard queues only. */
   delay?: number;
+  /** Standard queues only. */
   not_before?: string;
+  /** FIFO queues (required there): the message group, delivered in send order. */
+  group?: string;
+  /** FIFO queues: required unless the queue has content_based_deduplication. */
+  deduplication_id?: string;
 }
 
 export interface RetryBackoff {
@@ -29,6 +35,11 @@ export interface QueueAttributes {
   dead_letter_queue: string | null;
   max_receive_count: number | null;
   retry_backoff: RetryBackoff | null;
+  /** Fixed when the queue is created; a FIFO queue's name ends in ".fifo". */
+  fifo: boolean;
+  content_based_deduplication: boolean;
+  deduplication_scope: 'queue' | 'message_group';
+  fifo_throughput_limit: 'per_queue' | 'per_message_group_id';
 }
 
 export interface Queue {
@@ -45,6 +56,8 @@ export interface QueueDetail extends Queue {
 export interface Sent {
   message_id: string;
   sent_at: string;
+  /** FIFO queues only: strictly increasing (a duplicate's is the first message's). */
+  sequence_number?: string;
 }
 
 export interface ReceivedMessage {
@@ -59,6 +72,10 @@ export interface ReceivedMessage {
   sent_at: string;
   first_received_at: string;
   checkpoint: unknown;
+  /** FIFO queues only (absent on standard queues). */
+  group?: string;
+  sequence_number?: string;
+  deduplication_id?: string;
 }
 
 export interface LeaseGranted {
@@ -214,6 +231,9 @@ export class Worker {
   constructor(handler: Handler, options: WorkerOptions);
   readonly client: Client;
   readonly stopping: boolean;
+  /** True once a received message had a `group` (a FIFO queue): each group's
+   *  messages are then handled one at a time, in order. */
+  readonly fifo: boolean;
   /** Receives until stopped; rejects on an answer that retrying cannot mend (4xx). */
   run(): Promise<void>;
   /** No more receives; a second call cancels in-flight handlers at once. */

@@ -10,7 +10,9 @@ const q = encodeURIComponent;
 /**
  * @typedef {{ body?: unknown, timeoutMs?: number, signal?: AbortSignal }} CallOptions
  * @typedef {{ body: string, attributes?: Record<string, string>, delay?: number,
- *             not_before?: string }} OutgoingMessage
+ *             not_before?: string, group?: string, deduplication_id?: string }} OutgoingMessage
+ *   On a FIFO queue `group` is required, and `deduplication_id` too unless the queue
+ *   has content_based_deduplication; `delay` and `not_before` are refused there.
  */
 
 export class Client {
@@ -67,7 +69,9 @@ export class Client {
    * @param {string} name
    * @param {Record<string, unknown>} [attributes] visibility_timeout, message_retention,
    *   delay, receive_wait, max_message_bytes, dead_letter_queue, max_receive_count,
-   *   retry_backoff
+   *   retry_backoff; a FIFO queue (its name ends in ".fifo"): fifo: true, and
+   *   content_based_deduplication, deduplication_scope ('queue' | 'message_group'),
+   *   fifo_throughput_limit ('per_queue' | 'per_message_group_id')
    */
   createQueue(name, attributes = {}) {
     return this.call('POST', '/v1/queues', { body: { name, ...attributes } });
@@ -105,7 +109,8 @@ export class Client {
   // -- messages -----------------------------------------------------------------------
 
   /**
-   * Sends one message; answered once it is committed.
+   * Sends one message; answered once it is committed (with its `sequence_number`
+   * on a FIFO queue, where `group` and `deduplication_id` go in the options).
    * @param {string} queue
    * @param {string} body
    * @param {Omit<OutgoingMessage, 'body'>} [options]
@@ -114,7 +119,10 @@ export class Client {
     return this.call('POST', `/v1/queues/${q(queue)}/messages`, { body: { body, ...options } });
   }
 
-  /** One result per entry, in order. @param {string} queue @param {OutgoingMessage[]} messages */
+  /**
+   * One result per entry, in order (FIFO: each with its `sequence_number`).
+   * @param {string} queue @param {OutgoingMessage[]} messages
+   */
   sendBatch(queue, messages) {
     return this.call('POST', `/v1/queues/${q(queue)}/messages`, { body: { messages } });
   }

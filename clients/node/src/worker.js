@@ -1,7 +1,10 @@
 // @ts-check
 // The worker: receives, runs a handler per message with a heartbeat and a
 // watchdog, acknowledges or releases. The rules are the Python worker's
-// (docs/workers.md).
+// (docs/workers.md), FIFO queues included: each group's messages one at a time,
+// in the order received, once the one before is settled; a group whose message
+// was not acknowledged has the messages received with it (or before) given back
+// unhandled, so that the service redelivers the group in order.
 
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -100,6 +103,19 @@ async function heartbeat(client, queue, lease) {
   }
 }
 
+// A FIFO message's turn: decided once, true (run it) or false (give it back).
+function decide(turn, value) {
+  if (turn && !turn.decided) {
+    turn.decided = true;
+    turn.resolve(value);
+  }
+}
+
+// The first held message of a FIFO group may run.
+function advance(jobs) {
+  decide(jobs[0].turn, true);
+}
+
 function makeContext(client, queue, message, lease) {
   return {
     message,
@@ -163,7 +179,11 @@ export class Worker {
     this.wait = wait;
     this.grace = grace;
     this.retry = retryDelay === undefined ? null : { initial: retryDelay, multiplier: retryMultiplier, max: retryMax };
-    this.jobs = new Map(); // promise -> { message, lease, settled }
+    this.jobs = new Map(); // promise -> { message, lease, settled, group, batch, freed, outcome, turn }
+    /** FIFO: the held messages of each group, in the order received. @type {Map<string, any[]>} */
+    this.groups = new Map();
+    this.batches = 0; // receives that brought messages
+    this.fifo = false; // true once a message had a group
     this.stopping = false;
     this.hurry = new AbortController();
     this.stopPolling = new AbortController();
@@ -194,12 +214,12 @@ export class Worker {
     let fatal = null;
     while (!this.stopping) {
       // a handler that finished frees its slot once its acknowledgement is queued
-      while (this.jobs.size - this.acks.length >= this.concurrency && !this.stopping) {
+      while (this.busy() >= this.concurrency && !this.stopping) {
         await new Promise((resolve) => (this.slotFreed = resolve));
       }
       if (this.stopping) break;
       const sentAt = performance.now(); // the lease starts after this, never before
-      const max = Math.min(this.concurrency - this.jobs.size + this.acks.length, 10);
+      const max = Math.min(this.concurrency - this.busy(), 10);
       let messages;
       try {
         if (this.acks.length > 0 && this.carryAcks) {
@@ -226,10 +246,40 @@ export class Worker {
         continue;
       }
       failures = 0;
-      for (const message of messages) this.start(message, sentAt);
+      if (messages.length > 0) this.batches += 1;
+      for (const message of messages) this.start(message, sentAt, this.batches);
     }
     await this.drain();
     if (fatal) throw fatal;
+  }
+
+  // Slots in use: a standard queue's message until its acknowledgement is queued;
+  // on a FIFO queue a group, until its last held message's is.
+  busy() {
+    let busy = 0;
+    for (const job of this.jobs.values()) if (job.group === null && !job.freed) busy += 1;
+    for (const jobs of this.groups.values()) if (jobs.some((job) => !job.freed)) busy += 1;
+    return busy;
+  }
+
+  // A FIFO message with a later one of its group held here, waiting for it.
+  successorWaits(job) {
+    return job.group !== null && (this.groups.get(job.group)?.length ?? 0) > 1;
+  }
+
+  // A FIFO message is settled: the next of its group may run, unless this one was
+  // not acknowledged; then the messages of its group held since its receive (or
+  // before) are given back, for the group to come again in order.
+  leaveGroup(job) {
+    const jobs = this.groups.get(job.group);
+    const index = jobs ? jobs.indexOf(job) : -1;
+    if (index < 0) return;
+    if (job.outcome !== 'acknowledged') {
+      for (const other of jobs) if (other !== job && other.batch <= job.batch) decide(other.turn, false);
+    }
+    jobs.splice(index, 1);
+    if (jobs.length > 0) advance(jobs);
+    else this.groups.delete(job.group);
   }
 
   /**
@@ -284,16 +334,23 @@ export class Worker {
       result = await new Promise((resolve, reject) => {
         const entry = { handle: job.message.receipt_handle, resolve, reject };
         this.acks.push(entry);
+        job.freed = true;
         this.slotFreed?.();
-        // Only if no receive has taken it meanwhile.
-        setTimeout(() => { if (this.acks.includes(entry)) this.sendAcks(); }, ACK_RIDE_MS);
+        if (this.successorWaits(job)) {
+          this.sendAcks(); // the next of its FIFO group waits for it: no ride
+        } else {
+          // Only if no receive has taken it meanwhile.
+          setTimeout(() => { if (this.acks.includes(entry)) this.sendAcks(); }, ACK_RIDE_MS);
+        }
       });
     } catch {
       result = null;
     }
     if (result?.ok) {
+      job.outcome = 'acknowledged';
       log(`${job.name} acknowledged`);
     } else if (result?.code === 'lease_lost') {
+      job.outcome = 'rejected';
       log(`${job.name}: acknowledgement rejected (lease lost)`);
     } else {
       await this.acknowledgeAlone(job);
@@ -303,18 +360,40 @@ export class Worker {
   async acknowledgeAlone(job) {
     try {
       await this.client.delete(this.queue, job.message.receipt_handle);
+      job.outcome = 'acknowledged';
       log(`${job.name} acknowledged`);
     } catch (err) {
-      if (err instanceof LeaseqError && err.code === 'lease_lost') log(`${job.name}: acknowledgement rejected (lease lost)`);
-      else log(`${job.name}: acknowledgement failed (${err.message}); it will be redelivered`);
+      if (err instanceof LeaseqError && err.code === 'lease_lost') {
+        job.outcome = 'rejected';
+        log(`${job.name}: acknowledgement rejected (lease lost)`);
+      } else {
+        log(`${job.name}: acknowledgement failed (${err.message}); it will be redelivered`);
+      }
     }
   }
 
-  start(message, sentAt) {
+  start(message, sentAt, batch = 0) {
     const lease = new Lease(message.receipt_handle, message.lease_seconds, sentAt, this.heartbeatPeriod);
-    const job = { message, lease, settled: false, name: `message ${message.message_id} (fencing ${message.fencing_token})` };
+    const job = {
+      message, lease, settled: false, name: `message ${message.message_id} (fencing ${message.fencing_token})`,
+      group: message.group ?? null, batch, freed: false, outcome: null, turn: null,
+    };
+    if (job.group !== null) {
+      if (!this.fifo) {
+        this.fifo = true;
+        log(`queue '${this.queue}' is a FIFO queue: each group's messages are handled one at a time, in order; up to ${this.concurrency} groups at once`);
+      }
+      let resolve;
+      const promise = new Promise((r) => (resolve = r));
+      job.turn = { promise, resolve, decided: false };
+      const jobs = this.groups.get(job.group) ?? [];
+      this.groups.set(job.group, jobs);
+      jobs.push(job);
+      advance(jobs);
+    }
     const done = this.process(job).finally(() => {
       this.jobs.delete(done);
+      if (job.group !== null) this.leaveGroup(job);
       this.slotFreed?.();
     });
     this.jobs.set(done, job);
@@ -323,6 +402,21 @@ export class Worker {
   async process(job) {
     const { message, lease } = job;
     const beat = heartbeat(this.client, this.queue, lease);
+    if (job.turn) {
+      // FIFO: held (and heartbeated) until the messages before it in its group are
+      // settled; given back unhandled when told so, or when its claim went meanwhile.
+      const go = await job.turn.promise;
+      if (!go || lease.cancelled) {
+        const reason = lease.reason;
+        lease.close();
+        await beat;
+        if (!job.settled) {
+          job.settled = true;
+          await this.giveBack(job, reason);
+        }
+        return;
+      }
+    }
     const ctx = makeContext(this.client, this.queue, message, lease);
     const running = Promise.resolve().then(() => this.handler(message, ctx));
     let outcome = 'done';
@@ -355,6 +449,7 @@ export class Worker {
   async settle(job, outcome, error, reason) {
     const { message } = job;
     if (reason === 'lease_lost' || reason === 'lease_expired') {
+      job.outcome = 'abandoned';
       log(`${job.name} abandoned: the watchdog cancelled it (${reason})`);
       return;
     }
@@ -371,6 +466,7 @@ export class Worker {
   async release(job, delay) {
     try {
       const released = await this.client.release(this.queue, job.message.receipt_handle, delay);
+      job.outcome = 'released';
       const seconds = Number(released.delay_seconds.toFixed(2));
       log(`${job.name} released, visible again in ${seconds}s`);
     } catch (err) {
@@ -378,8 +474,28 @@ export class Worker {
     }
   }
 
+  // FIFO: hand back a message that did not run (visible at once: an explicit delay
+  // of 0, no failure of its own), for its group to be redelivered in order.
+  async giveBack(job, reason) {
+    if (reason === 'lease_lost' || reason === 'lease_expired') {
+      job.outcome = 'abandoned';
+      log(`${job.name} of group '${job.group}' abandoned before it ran (${reason})`);
+      return;
+    }
+    try {
+      await this.client.release(this.queue, job.message.receipt_handle, 0);
+      job.outcome = 'returned';
+      log(`${job.name} of group '${job.group}' given back unhandled`);
+    } catch (err) {
+      log(`${job.name}: giving it back failed (${err.message}); it returns when its lease ends`);
+    }
+  }
+
   async drain() {
     if (this.jobs.size === 0) return;
+    // FIFO messages waiting for their turn have not started: give them back now
+    // (a group's earlier messages still held keep it blocked meanwhile).
+    for (const jobs of this.groups.values()) for (const job of jobs) decide(job.turn, false);
     const all = () => Promise.allSettled([...this.jobs.keys()]);
     const hurried = new Promise((resolve) => {
       if (this.hurry.signal.aborted) resolve();

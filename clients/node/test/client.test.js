@@ -108,3 +108,22 @@ test('a problem becomes a LeaseqError with its status and code', async () => {
   answer = { status: 502, body: 'bad gateway', type: 'text/plain' };
   await assert.rejects(client.getQueue('q'), (err) => err instanceof LeaseqError && err.code === 'http_502');
 });
+
+test('FIFO fields go in the bodies and come back as the service answers them', async () => {
+  const client = new Client(url, { apiKey: '' });
+  answer = { status: 201, body: { message_id: 'm1', sent_at: '2024-01-01T00:00:00Z', sequence_number: '17' } };
+  const sent = await client.send('orders.fifo', 'hi', { group: 'A', deduplication_id: 'd-1' });
+  assert.equal(sent.sequence_number, '17');
+  assert.deepEqual(last().body, { body: 'hi', group: 'A', deduplication_id: 'd-1' });
+  answer = { status: 200, body: { results: [{ ok: true, message_id: 'm2', sent_at: '2024-01-01T00:00:00Z', sequence_number: '18' }], succeeded: 1, failed: 0 } };
+  const batch = await client.sendBatch('orders.fifo', [{ body: 'a', group: 'A', deduplication_id: 'd-2' }]);
+  assert.equal(batch.results[0].ok && batch.results[0].sequence_number, '18');
+  assert.deepEqual(last().body, { messages: [{ body: 'a', group: 'A', deduplication_id: 'd-2' }] });
+  answer = { status: 201, body: { name: 'orders.fifo' } };
+  await client.createQueue('orders.fifo', { fifo: true, content_based_deduplication: true, deduplication_scope: 'message_group' });
+  assert.deepEqual(last().body, {
+    name: 'orders.fifo', fifo: true, content_based_deduplication: true, deduplication_scope: 'message_group',
+  });
+  await client.updateQueue('orders.fifo', { fifo_throughput_limit: 'per_message_group_id' });
+  assert.deepEqual(last().body, { fifo_throughput_limit: 'per_message_group_id' });
+});

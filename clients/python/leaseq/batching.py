@@ -64,10 +64,16 @@ class SendBatcher:
 
     async def send(
         self, queue: str, body: str, *, delay: int | None = None,
-        attributes: dict[str, str] | None = None,
+        attributes: dict[str, str] | None = None, group: str | None = None,
+        deduplication_id: str | None = None,
     ) -> Sent:
-        """As `AsyncClient.send`, in a batch with the sends around it."""
-        message = OutgoingMessage(body, delay=delay, attributes=dict(attributes or {}))
+        """As `AsyncClient.send`, in a batch with the sends around it. On a FIFO
+        queue, concurrent sends to one group are ordered only within the batch
+        they share: await a send before the next to keep their order."""
+        message = OutgoingMessage(
+            body, delay=delay, attributes=dict(attributes or {}), group=group,
+            deduplication_id=deduplication_id,
+        )
         size = len(body.encode()) + sum(
             len(k.encode()) + len(v.encode()) for k, v in message.attributes.items()
         )

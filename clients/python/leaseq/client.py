@@ -203,9 +203,12 @@ class _calls:
 
     @staticmethod
     def send(
-        queue: str, body: str, delay: int | None, attributes: dict[str, str] | None
+        queue: str, body: str, delay: int | None, attributes: dict[str, str] | None,
+        group: str | None = None, deduplication_id: str | None = None,
     ) -> _Call[Sent]:
-        entry = OutgoingMessage(body, delay, dict(attributes or {})).to_json()
+        entry = OutgoingMessage(
+            body, delay, dict(attributes or {}), group=group, deduplication_id=deduplication_id
+        ).to_json()
         return _Call("POST", f"{_q(queue)}/messages", lambda r: Sent.from_json(r.json()),
                      json=entry)
 
@@ -371,7 +374,10 @@ class Client(_Base):
 
     def create_queue(self, name: str, **attributes: Any) -> Queue:
         """Create a queue (or return the existing one with the same attributes):
-        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
+        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ...
+        A FIFO queue (its name ends in ".fifo"): `fifo=True`, and optionally
+        `content_based_deduplication=True`, `deduplication_scope="message_group"`,
+        `fifo_throughput_limit="per_message_group_id"`."""
         return self._run(_calls.create_queue(name, attributes))
 
     def get_queue(self, name: str) -> Queue:
@@ -385,7 +391,9 @@ class Client(_Base):
         return self._run(_calls.list_queues(prefix, after, limit))
 
     def update_queue(self, name: str, **changes: Any) -> Queue:
-        """Change attributes; `None` removes a policy (`retry_backoff=None`)."""
+        """Change attributes; `None` removes a policy (`retry_backoff=None`). A FIFO
+        queue's `content_based_deduplication`, `deduplication_scope` and
+        `fifo_throughput_limit` can change; `fifo` cannot."""
         return self._run(_calls.update_queue(name, changes))
 
     def peek(
@@ -422,14 +430,20 @@ class Client(_Base):
 
     def send(
         self, queue: str, body: str, *, delay: int | None = None,
-        attributes: dict[str, str] | None = None,
+        attributes: dict[str, str] | None = None, group: str | None = None,
+        deduplication_id: str | None = None,
     ) -> Sent:
-        return self._run(_calls.send(queue, body, delay, attributes))
+        """Send one message (answered once it is committed). FIFO queues: `group` is
+        required, `deduplication_id` too unless the queue has content-based
+        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`."""
+        return self._run(_calls.send(queue, body, delay, attributes, group, deduplication_id))
 
     def send_batch(
         self, queue: str, messages: Iterable[OutgoingMessage | str]
     ) -> list[Sent | ApiError]:
-        """One result per entry, in order: a `Sent`, or the entry's error (not raised)."""
+        """One result per entry, in order: a `Sent`, or the entry's error (not raised).
+        On a FIFO queue give `OutgoingMessage`s with their `group` (and
+        `deduplication_id`); one group's entries keep their order."""
         return self._run(_calls.send_batch(queue, messages))
 
     def receive(
@@ -530,7 +544,10 @@ class AsyncClient(_Base):
 
     async def create_queue(self, name: str, **attributes: Any) -> Queue:
         """Create a queue (or return the existing one with the same attributes):
-        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ..."""
+        `visibility_timeout=30`, `retry_backoff={"initial": 5, "max": 300}`, ...
+        A FIFO queue (its name ends in ".fifo"): `fifo=True`, and optionally
+        `content_based_deduplication=True`, `deduplication_scope="message_group"`,
+        `fifo_throughput_limit="per_message_group_id"`."""
         return await self._run(_calls.create_queue(name, attributes))
 
     async def get_queue(self, name: str) -> Queue:
@@ -544,7 +561,9 @@ class AsyncClient(_Base):
         return await self._run(_calls.list_queues(prefix, after, limit))
 
     async def update_queue(self, name: str, **changes: Any) -> Queue:
-        """Change attributes; `None` removes a policy (`retry_backoff=None`)."""
+        """Change attributes; `None` removes a policy (`retry_backoff=None`). A FIFO
+        queue's `content_based_deduplication`, `deduplication_scope` and
+        `fifo_throughput_limit` can change; `fifo` cannot."""
         return await self._run(_calls.update_queue(name, changes))
 
     async def peek(
@@ -581,14 +600,20 @@ class AsyncClient(_Base):
 
     async def send(
         self, queue: str, body: str, *, delay: int | None = None,
-        attributes: dict[str, str] | None = None,
+        attributes: dict[str, str] | None = None, group: str | None = None,
+        deduplication_id: str | None = None,
     ) -> Sent:
-        return await self._run(_calls.send(queue, body, delay, attributes))
+        """Send one message (answered once it is committed). FIFO queues: `group` is
+        required, `deduplication_id` too unless the queue has content-based
+        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`."""
+        return await self._run(_calls.send(queue, body, delay, attributes, group, deduplication_id))
 
     async def send_batch(
         self, queue: str, messages: Iterable[OutgoingMessage | str]
     ) -> list[Sent | ApiError]:
-        """One result per entry, in order: a `Sent`, or the entry's error (not raised)."""
+        """One result per entry, in order: a `Sent`, or the entry's error (not raised).
+        On a FIFO queue give `OutgoingMessage`s with their `group` (and
+        `deduplication_id`); one group's entries keep their order."""
         return await self._run(_calls.send_batch(queue, messages))
 
     def batcher(

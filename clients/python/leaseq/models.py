@@ -14,10 +14,16 @@ def _time(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+def _maybe_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 @dataclass(frozen=True)
 class Message:
     """A received message. `lease_seconds` is the lease to measure on your own
-    monotonic clock; `lease_expires_at` is the server's time, for information only."""
+    monotonic clock; `lease_expires_at` is the server's time, for information only.
+    On a FIFO queue `group`, `sequence_number` and `deduplication_id` are set
+    (None on a standard queue)."""
 
     message_id: str
     body: str
@@ -30,6 +36,9 @@ class Message:
     sent_at: datetime
     first_received_at: datetime
     checkpoint: Any = None
+    group: str | None = None
+    sequence_number: str | None = None
+    deduplication_id: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -45,6 +54,9 @@ class Message:
             sent_at=_time(data["sent_at"]),
             first_received_at=_time(data["first_received_at"]),
             checkpoint=data.get("checkpoint"),
+            group=_maybe_str(data.get("group")),
+            sequence_number=_maybe_str(data.get("sequence_number")),
+            deduplication_id=_maybe_str(data.get("deduplication_id")),
         )
 
 
@@ -94,21 +106,33 @@ class Released:
 
 @dataclass(frozen=True)
 class Sent:
+    """A message sent. `sequence_number` (FIFO queues only, else None): its place in
+    the queue, strictly increasing; a duplicate is answered with the first one's
+    `message_id` and `sequence_number`."""
+
     message_id: str
     sent_at: datetime
+    sequence_number: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Sent:
-        return cls(message_id=str(data["message_id"]), sent_at=_time(data["sent_at"]))
+        return cls(
+            message_id=str(data["message_id"]), sent_at=_time(data["sent_at"]),
+            sequence_number=_maybe_str(data.get("sequence_number")),
+        )
 
 
 @dataclass(frozen=True)
 class OutgoingMessage:
-    """One entry of `send_batch`."""
+    """One entry of `send_batch`. On a FIFO queue `group` is required, and
+    `deduplication_id` too unless the queue has `content_based_deduplication`;
+    a FIFO message takes no `delay`."""
 
     body: str
     delay: int | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    group: str | None = None
+    deduplication_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"body": self.body}
@@ -116,6 +140,10 @@ class OutgoingMessage:
             out["delay"] = self.delay
         if self.attributes:
             out["attributes"] = dict(self.attributes)
+        if self.group is not None:
+            out["group"] = self.group
+        if self.deduplication_id is not None:
+            out["deduplication_id"] = self.deduplication_id
         return out
 
 
@@ -136,6 +164,11 @@ class RetryBackoff:
 
 @dataclass(frozen=True)
 class QueueAttributes:
+    """A queue's attributes. `fifo` is fixed at creation; `content_based_deduplication`,
+    `deduplication_scope` ("queue" or "message_group") and `fifo_throughput_limit`
+    ("per_queue" or "per_message_group_id") matter on FIFO queues only (the defaults
+    when the service does not say)."""
+
     visibility_timeout: int
     message_retention: int
     delay: int
@@ -144,6 +177,10 @@ class QueueAttributes:
     dead_letter_queue: str | None
     max_receive_count: int | None
     retry_backoff: RetryBackoff | None
+    fifo: bool = False
+    content_based_deduplication: bool = False
+    deduplication_scope: str = "queue"
+    fifo_throughput_limit: str = "per_queue"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueAttributes:
@@ -160,6 +197,10 @@ class QueueAttributes:
                 initial=float(ladder["initial"]), multiplier=float(ladder["multiplier"]),
                 max=float(ladder["max"]), jitter=float(ladder["jitter"]),
             ),
+            fifo=bool(data.get("fifo", False)),
+            content_based_deduplication=bool(data.get("content_based_deduplication", False)),
+            deduplication_scope=str(data.get("deduplication_scope") or "queue"),
+            fifo_throughput_limit=str(data.get("fifo_throughput_limit") or "per_queue"),
         )
 
 

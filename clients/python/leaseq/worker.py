@@ -29,6 +29,14 @@ For every message:
 5. On SIGTERM/SIGINT the worker stops receiving, gives in-flight handlers
    `grace` seconds, then cancels them and releases their messages at once. A
    second signal skips the rest of the grace period.
+6. On a FIFO queue (its messages carry a `group`) each group's messages are
+   handled one at a time, in the order received, while different groups run
+   concurrently (a concurrency slot is a group). A message starts only once the
+   one before it in its group has been settled (acknowledged or released; every
+   held message's lease is heartbeated meanwhile). A message of a group that is
+   not acknowledged (failed and released, abandoned, ...) makes the worker give
+   back, unhandled and visible at once, the messages of that group it received
+   with it or before it, so that the service redelivers the group in order.
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ class Outcome(enum.StrEnum):
     ACK_REJECTED = "acknowledgement rejected"
     RELEASED = "released"
     ABANDONED = "abandoned"
+    RETURNED = "returned unhandled"
+    """FIFO: given back without running the handler, after a message before it in
+    its group was not acknowledged (or at shutdown)."""
 
 
 @dataclass
@@ -106,6 +117,7 @@ class WorkerStats:
     failed: int = 0  # the handler raised
     released: int = 0
     abandoned: int = 0  # the watchdog fired: neither acknowledged nor released
+    returned: int = 0  # FIFO: given back unhandled, for its group to be redelivered in order
     beats: int = 0
     failed_beats: int = 0
     recent: deque[tuple[str, int, Outcome]] = field(default_factory=lambda: deque(maxlen=1000))
@@ -120,10 +132,20 @@ def is_async_handler(handler: Callable[..., Any]) -> bool:
 class _Job:
     """One received message while this worker holds it."""
 
-    def __init__(self, message: Message, lease: LeaseClock) -> None:
+    def __init__(self, message: Message, lease: LeaseClock, batch: int = 0) -> None:
         self.message = message
         self.lease = lease
         self.settled = False
+        self.batch = batch  # the receive that brought it (numbered from 1)
+        self.freed = False  # its acknowledgement is queued: its slot is free
+        self.outcome: Outcome | None = None
+        # FIFO: resolved True when it may run (the messages before it in its
+        # group are settled), False when it is to be given back unhandled.
+        self.turn: asyncio.Future[bool] | None = None
+
+    @property
+    def group(self) -> str | None:
+        return self.message.group
 
     def __str__(self) -> str:
         return f"message {self.message.message_id} (fencing {self.message.fencing_token})"
@@ -198,6 +220,12 @@ class Worker:
         self._hurry: asyncio.Event | None = None
         self._early_stop: bool | None = None  # stop() before serve() started
         self._jobs: dict[asyncio.Task[None], _Job] = {}
+        # FIFO: the held messages of each group, in the order received.
+        self._groups: dict[str, list[_Job]] = {}
+        self._batches = 0  # receives that brought messages
+        self.fifo: bool | None = None
+        """True once the queue is known to be FIFO (by its attributes or by a
+        message with a group); None until then."""
         self._slot: asyncio.Event | None = None
         # Acknowledgements waiting for a receive to carry them: (handle, its result).
         self._acks: list[tuple[str, asyncio.Future[ApiError | None]]] = []
@@ -240,6 +268,7 @@ class Worker:
         self._slot = asyncio.Event()
         self._acks = []
         self._carry_acks = True
+        self._groups = {}
         if self._early_stop is not None:
             self._request_stop(self._early_stop)
         if handle_signals:
@@ -306,6 +335,12 @@ class Worker:
         assert self._hurry is not None
         if not self._jobs:
             return
+        # FIFO messages waiting for their turn have not started: give them back
+        # now (a group's earlier messages still held keep it blocked meanwhile).
+        for jobs in self._groups.values():
+            for job in jobs:
+                if job.turn is not None and not job.turn.done():
+                    job.turn.set_result(False)
         deadline = time.monotonic() + self.grace
         hurry = asyncio.create_task(self._hurry.wait())
         try:
@@ -358,14 +393,16 @@ class Worker:
                     f"queue {self.queue!r} has a visibility_timeout of 0: "
                     "give the worker one (visibility_timeout=..., --visibility-timeout)"
                 )
+            if queue is not None and queue.attributes.fifo:
+                self._fifo_detected("its attributes")
         failures = 0
         while True:
             # A handler that finished frees its slot once its acknowledgement is
             # queued: the next receive carries it.
-            while len(self._jobs) - len(self._acks) >= self.concurrency:
+            while self._busy() >= self.concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            free = self.concurrency - len(self._jobs) + len(self._acks)
+            free = self.concurrency - self._busy()
             sent_at = time.monotonic()  # the lease starts after this, never before
             try:
                 if self._acks and self._carry_acks:
@@ -386,8 +423,28 @@ class Worker:
                 await asyncio.sleep(delay)
                 continue
             failures = 0
+            if messages:
+                self._batches += 1
             for message in messages:
-                self._start(message, sent_at)
+                self._start(message, sent_at, self._batches)
+
+    def _busy(self) -> int:
+        """Slots in use: a message of a standard queue until its acknowledgement
+        is queued; on a FIFO queue a group, until its last held message's is."""
+        standard = sum(
+            1 for job in self._jobs.values() if job.group is None and not job.freed
+        )
+        groups = sum(
+            1 for jobs in self._groups.values() if any(not job.freed for job in jobs)
+        )
+        return standard + groups
+
+    def _fifo_detected(self, how: str) -> None:
+        if not self.fifo:
+            self.fifo = True
+            log.info("queue %r is a FIFO queue (by %s): each group's messages are handled "
+                     "one at a time, in order; up to %d groups at once",
+                     self.queue, how, self.concurrency)
 
     async def _receive_carrying_acks(self, count: int) -> list[Message]:
         """One request: up to ACK_BATCH queued acknowledgements, then a receive.
@@ -425,24 +482,56 @@ class Worker:
                 _unknown(acks, exc)
                 raise
 
-    def _start(self, message: Message, sent_at: float) -> None:
+    def _start(self, message: Message, sent_at: float, batch: int = 0) -> None:
         self.stats.received += 1
         lease = LeaseClock(
             message.receipt_handle, message.lease_seconds, sent_at,
             period=self._period(message.lease_seconds),
         )
-        job = _Job(message, lease)
+        job = _Job(message, lease, batch)
+        if job.group is not None:
+            self._fifo_detected("its messages")
+            job.turn = asyncio.get_running_loop().create_future()
+            jobs = self._groups.setdefault(job.group, [])
+            jobs.append(job)
+            _advance(jobs)
         task = asyncio.create_task(self._process(job), name=f"leaseq-{message.message_id}")
         self._jobs[task] = job
         task.add_done_callback(self._finished)
         log.debug("%s received (receive count %d)", job, message.receive_count)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._jobs.pop(task, None)
+        job = self._jobs.pop(task, None)
+        if job is not None and job.group is not None:
+            self._leave_group(job)
         if self._slot is not None:
             self._slot.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("processing failed", exc_info=task.exception())
+
+    def _leave_group(self, job: _Job) -> None:
+        """A FIFO message is settled: the next of its group may run, unless this
+        one was not acknowledged; then the messages of its group held since its
+        receive (or before) are given back, for the group to come again in order."""
+        assert job.group is not None
+        jobs = self._groups.get(job.group)
+        if jobs is None or job not in jobs:
+            return
+        if job.outcome is not Outcome.ACKNOWLEDGED:
+            for other in jobs:
+                if (other is not job and other.batch <= job.batch
+                        and other.turn is not None and not other.turn.done()):
+                    other.turn.set_result(False)
+        jobs.remove(job)
+        if jobs:
+            _advance(jobs)
+        else:
+            del self._groups[job.group]
+
+    def _successor_waits(self, job: _Job) -> bool:
+        """A FIFO message with a later one of its group held here, waiting for it."""
+        jobs = self._groups.get(job.group) if job.group is not None else None
+        return jobs is not None and len(jobs) > 1
 
     def _period(self, lease_seconds: int) -> float:
         if self.heartbeat_period is not None and self.heartbeat_period < lease_seconds:
@@ -464,8 +553,15 @@ class Worker:
             heartbeat(job.lease, client(), self.queue), beat_loop
         )
         beat.add_done_callback(_report_heartbeat_crash)
+        run = True
         try:
-            outcome, error = await self._run_handler(job, beat_loop, client)
+            # FIFO: held (and heartbeated) until the messages before it in its
+            # group are settled; False: give it back unhandled.
+            if job.turn is not None:
+                # ...and not run once its claim is gone while it waited.
+                run = await job.turn and not job.lease.cancelled
+            if run:
+                outcome, error = await self._run_handler(job, beat_loop, client)
         finally:
             job.lease.close()
             beat.cancel()
@@ -474,7 +570,10 @@ class Worker:
         if job.settled:  # released by the shutdown already
             return
         job.settled = True
-        await self._settle(job, outcome, error)
+        if run:
+            await self._settle(job, outcome, error)
+        else:
+            await self._give_back(job)
 
     async def _run_handler(
         self,
@@ -543,19 +642,16 @@ class Worker:
 
     async def _acknowledge(self, job: _Job) -> None:
         """Queued for the next receive to carry (or sent in a batch of its own
-        after ACK_RIDE_SECONDS); sent alone, with retries, if that request fails."""
+        after ACK_RIDE_SECONDS, or at once when the next message of its FIFO
+        group waits for it); sent alone, with retries, if that request fails."""
         assert self._slot is not None
         result: asyncio.Future[ApiError | None] = asyncio.get_running_loop().create_future()
         self._acks.append((job.message.receipt_handle, result))
+        job.freed = True
         self._slot.set()
+        ride = 0.0 if self._successor_waits(job) else ACK_RIDE_SECONDS
         try:
-            try:
-                async with asyncio.timeout(ACK_RIDE_SECONDS):
-                    outcome = await asyncio.shield(result)
-            except TimeoutError:
-                with contextlib.suppress(Exception):
-                    await self._send_acks()  # ours too, unless a receive took it
-                outcome = await result
+            outcome = await self._ack_result(result, ride)
         except _AckUnknown:
             await self._acknowledge_alone(job, unconfirmed=True)
             return
@@ -566,6 +662,19 @@ class Worker:
             await self._acknowledge_alone(job)
         else:
             self._acknowledged(job)
+
+    async def _ack_result(
+        self, result: asyncio.Future[ApiError | None], ride: float
+    ) -> ApiError | None:
+        """The result of a queued acknowledgement: carried by a receive within
+        `ride` seconds, else sent in a batch of its own now."""
+        if ride > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ride):
+                    return await asyncio.shield(result)
+        with contextlib.suppress(Exception):
+            await self._send_acks()  # ours too, unless a receive took it
+        return await result
 
     def _ack_rejected(self, job: _Job, *, unconfirmed: bool = False) -> None:
         self._record(job, Outcome.ACK_REJECTED)
@@ -621,11 +730,42 @@ class Worker:
         log.info("%s released (%s), visible again in %ss", job, why,
                  _seconds(released.delay_seconds))
 
+    async def _give_back(self, job: _Job) -> None:
+        """FIFO: hand back a message that did not run (visible again at once, by
+        an explicit delay of 0: no failure of its own), for its group to be
+        redelivered in order."""
+        assert self._control is not None
+        reason = job.lease.reason
+        if reason in (CancelReason.LEASE_LOST, CancelReason.LEASE_EXPIRED):
+            self._record(job, Outcome.ABANDONED)
+            self.stats.abandoned += 1
+            log.warning("%s of group %r abandoned before it ran (%s)", job, job.group,
+                        reason.value)
+            return
+        try:
+            await self._control.release(self.queue, job.message.receipt_handle, 0)
+        except (Unreachable, ApiError) as exc:
+            log.warning("%s: giving it back failed (%r); it returns when its lease ends",
+                        job, exc)
+            return
+        self._record(job, Outcome.RETURNED)
+        self.stats.returned += 1
+        log.info("%s of group %r given back unhandled (a message before it in its group "
+                 "was not acknowledged, or the worker is stopping)", job, job.group)
+
     def _record(self, job: _Job, outcome: Outcome) -> None:
+        job.outcome = outcome
         self.stats.recent.append((job.message.message_id, job.message.fencing_token, outcome))
 
 
 Ack = tuple[str, "asyncio.Future[ApiError | None]"]
+
+
+def _advance(jobs: list[_Job]) -> None:
+    """The first held message of a FIFO group may run (once: a turn is decided once)."""
+    head = jobs[0]
+    if head.turn is not None and not head.turn.done():
+        head.turn.set_result(True)
 
 
 def _resolve(acks: list[Ack], results: list[ApiError | None]) -> None:
