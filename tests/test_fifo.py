@@ -401,3 +401,27 @@ async def test_a_fifo_queues_delay_applies_to_the_messages_already_waiting(
     assert patched.status_code == 200, patched.text
     (message,) = await receive(client, queue)
     assert message["body"] == "m0"
+
+
+async def test_a_fifo_claim_given_back_frees_its_group_uncounted(
+    client: httpx.AsyncClient,
+) -> None:
+    from app.queue import grouped
+
+    queue = await fifo_queue(client)
+    await send_fifo(client, queue, "m0", "G")
+    await send_fifo(client, queue, "m1", "G")
+    service = client.app.state.service  # type: ignore[attr-defined]
+    found = service.queues.cached(queue) or await service.queues.find(queue)
+    db = client.app.state.db  # type: ignore[attr-defined]
+    statement, params = grouped.CLAIM_FIFO.query, grouped.fifo_claim_params(
+        found, 30, [grouped.Take(2)]
+    )
+    rows = [r for r in await db.fetch(statement, params) if r["id"] is not None]
+    assert len(rows) == 2
+    assert await receive(client, queue) == []  # the group is taken
+    undo = grouped.give_back(found, rows)
+    assert undo is not None
+    await db.fetch(*undo)
+    again = await receive(client, queue, max=10)
+    assert [(m["body"], m["receive_count"]) for m in again] == [("m0", 1), ("m1", 1)]

@@ -174,10 +174,12 @@ def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
 
 
 def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
-    """Undoes the claims of `rows`, which reached no receiver (give_back_claims)."""
+    """Undoes the claims of `rows`, which reached no receiver (give_back_claims;
+    a FIFO queue's, give_back_fifo_claims: their groups freed too)."""
     if not rows:
         return None
-    return Q.give_back_claims, {
+    query = Q.give_back_fifo_claims if queue.attributes.fifo else Q.give_back_claims
+    return query, {
         "queue_id": queue.id,
         "ids": [row["id"] for row in rows],
         "tokens": [row["claim_token"] for row in rows],
@@ -343,17 +345,6 @@ def _fifo_claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed
     ]
 
 
-def give_back_fifo(queue: Queue, rows: list[Row]) -> Statement | None:
-    """give_back for a FIFO queue's claims (give_back_fifo_claims)."""
-    if not rows:
-        return None
-    return Q.give_back_fifo_claims, {
-        "queue_id": queue.id,
-        "ids": [row["id"] for row in rows],
-        "tokens": [row["claim_token"] for row in rows],
-    }
-
-
 CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
     name="claim_fifo",
     query=Q.claim_fifo_messages,
@@ -362,7 +353,7 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
     limit=GROUP_ITEMS,
     weigh=lambda takes: sum(take.wanted for take in takes),
     then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
-    undo=lambda key, share: give_back_fifo(key[0], share.rows),
+    undo=lambda key, share: give_back(key[0], share.rows),
 )
 """A FIFO claim's takes carry no acknowledgements: they are settled first."""
 
@@ -388,7 +379,8 @@ CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
 
 
 def fifo_send_notice(queue_id: int, delay: int, rows: list[Row]) -> Ready:
-    """What send_fifo_messages announced (in SQL) of these rows."""
+    """What send_fifo_messages announces of these rows, about: the SQL wakes one
+    receiver per group that got a message, this one per message stored."""
     stored = sum(1 for row in rows if row["stored"])
     if delay > 0:
         return Ready(queue_id, 0, float(delay) if stored else None)

@@ -129,10 +129,7 @@ class QueueService:
     def _give_back(self, queue: Queue, rows: list[Row]) -> None:
         """Undoes claims that will reach no one, in the background: the request
         that made them is being cancelled. Should it fail, their leases run out."""
-        statement = (
-            grouped.give_back_fifo(queue, rows) if queue.attributes.fifo
-            else grouped.give_back(queue, rows)
-        )
+        statement = grouped.give_back(queue, rows)
         if statement is None:
             return
         task = asyncio.get_running_loop().create_task(self._run_quietly(statement))
