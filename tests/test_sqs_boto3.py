@@ -92,7 +92,7 @@ async def test_whole_cycle(sqs: Any, served: tuple[str, Any]) -> None:
     with pytest.raises(ClientError) as info:
         await run(sqs.change_message_visibility, QueueUrl=url,
                   ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=10)
-    assert error_code(info.value) == "AWS.SimpleQueueService.MessageNotInflight"
+    assert error_code(info.value) == "InvalidParameterValue"
     await run(sqs.delete_message, QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
     deleted = await run(sqs.delete_message_batch, QueueUrl=url, Entries=[
         {"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]}
@@ -277,7 +277,7 @@ async def test_unknown_and_missing(served: tuple[str, Any]) -> None:
                      "Content-Type": "application/x-amz-json-1.0"},
         )
         assert response.status_code == 400
-        assert response.json()["__type"].endswith("#InvalidAction")
+        assert response.json()["__type"].endswith("#UnknownOperationException")
         # A Query client posting to the queue URL, the queue named by the path.
         await http.post("/", data={"Action": "CreateQueue", "QueueName": "byurl"})
         response = await http.post(f"/{ACCOUNT}/byurl", data={

@@ -195,7 +195,7 @@ async def test_aws_sdk_for_javascript(served: tuple[str, Any], tmp_path: Path) -
     assert out["moved"] == 1
     assert out["longPoll"]["body"] == "wake"
     assert out["longPoll"]["ms"] < 12_000
-    assert out["staleChange"] == "MessageNotInflight"
+    assert out["staleChange"] == "InvalidParameterValue"
     assert out["visibility"] == "45"
     assert out["tags"] == {"team": "js"}
     assert out["errors"] == {

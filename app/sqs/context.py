@@ -13,7 +13,7 @@ from app.queue import limits
 from app.queue.receiving import Gone
 from app.queue.redrive import Redrives
 from app.queue.service import QueueService
-from app.sqs.errors import SqsError
+from app.sqs.errors import NO_QUEUE, SqsError
 
 
 @dataclass
@@ -121,7 +121,7 @@ def queue_of(ctx: Context, params: dict[str, Any]) -> str:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     parts = [p for p in urlsplit(url).path.split("/") if p]
     if len(parts) != 2 or parts[0] != ctx.account or not limits.is_queue_name(parts[1]):
-        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+        raise SqsError("QueueDoesNotExist", NO_QUEUE)
     ctx.principal.require(ctx.need, parts[1])
     return parts[1]
 

@@ -50,6 +50,9 @@ ERRORS: dict[str, tuple[str, int]] = {
     "UnsupportedOperation": (_LEGACY + "UnsupportedOperation", 400),
     "ResourceNotFoundException": ("ResourceNotFoundException", 404),
     "InvalidAction": ("InvalidAction", 400),
+    # The JSON protocol's answer for a target that names no SQS action (a
+    # service framework's error, not SQS's own: see NAMESPACES).
+    "UnknownOperationException": ("UnknownOperationException", 400),
     "MissingAction": ("MissingAction", 400),
     "MissingAuthenticationToken": ("MissingAuthenticationToken", 403),
     "IncompleteSignature": ("IncompleteSignature", 403),
@@ -88,6 +91,14 @@ class SqsError(Exception):
         return "Receiver" if self.status >= 500 else "Sender"
 
 
+# The JSON protocol's `__type` namespace: SQS's, but for the framework's errors.
+NAMESPACES = {"UnknownOperationException": "com.amazon.coral.service"}
+SQS_NAMESPACE = "com.amazonaws.sqs"
+# SQS's words for a queue that does not exist, on each protocol.
+NO_QUEUE = "The specified queue does not exist."
+NO_QUEUE_QUERY = "The specified queue does not exist for this wsdl version."
+
+
 # Engine error -> SQS error name. LeaseLost depends on the action (see actions.py).
 _FROM_ENGINE: dict[type[LeaseqError], str] = {
     QueueNotFound: "QueueDoesNotExist",
@@ -115,6 +126,8 @@ def from_engine(exc: Exception) -> SqsError:
         return exc
     for cls in type(exc).__mro__:
         if cls in _FROM_ENGINE:
+            if cls is QueueNotFound:
+                return SqsError("QueueDoesNotExist", NO_QUEUE)
             detail = getattr(exc, "detail", str(exc))
             return SqsError(_FROM_ENGINE[cls], detail)
     return SqsError("InternalError", "An internal error occurred.")

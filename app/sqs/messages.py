@@ -48,6 +48,13 @@ NEEDS_DEDUPLICATION = (
 )
 
 
+def _empty_value(name: str, base_type: str) -> str:
+    return (
+        f"Message (user) attribute '{name}' must contain a non-empty value of type "
+        f"'{base_type}'."
+    )
+
+
 def _message_attributes(value: Any) -> dict[str, MessageAttribute]:
     if value is None:
         return {}
@@ -103,19 +110,23 @@ def _message_attributes(value: Any) -> dict[str, MessageAttribute]:
                     "InvalidParameterValue", f"Message attribute '{name}' is not base64."
                 ) from exc
             if not raw:
-                raise SqsError(
-                    "InvalidParameterValue",
-                    f"The message attribute '{name}' must contain a non-empty value.",
-                )
+                raise SqsError("InvalidParameterValue", _empty_value(name, "Binary"))
             typed[name] = MessageAttribute(data_type=data_type, binary_value=raw)
             continue
-        if not isinstance(string_value, str) or binary_value is not None or not string_value:
+        if string_value is None or string_value == "":
+            # SQS's words, for a missing and for an empty value alike.
+            raise SqsError("InvalidParameterValue", _empty_value(name, data_type.split(".")[0]))
+        if not isinstance(string_value, str) or binary_value is not None:
             raise SqsError(
                 "InvalidParameterValue",
-                f"The message attribute '{name}' must contain a non-empty message attribute "
-                f"value for message attribute type '{data_type.split('.')[0]}'.",
+                f"The message attribute '{name}' with type '{data_type.split('.')[0]}' must "
+                f"use field 'String'.",
             )
-        check_text(string_value, f"the message attribute '{name}'")
+        try:
+            check_text(string_value, f"the message attribute '{name}'")
+        except SqsError as error:
+            # SQS answers InvalidParameterValue here (InvalidMessageContents for a body).
+            raise SqsError("InvalidParameterValue", error.message) from None
         if data_type.startswith("Number"):
             try:
                 number = Decimal(string_value)
@@ -327,6 +338,18 @@ def _wants(names: list[str], name: str) -> bool:
     return False
 
 
+def _wait_time(params: dict[str, Any]) -> int | None:
+    wait = param_int(params, "WaitTimeSeconds")
+    low, high = limits.RECEIVE_WAIT
+    if wait is not None and not low <= wait <= high:
+        raise SqsError(  # SQS's words for this one parameter
+            "InvalidParameterValue",
+            f"Value {wait} for parameter WaitTimeSeconds is invalid. Reason: Must be >= {low} "
+            f"and <= {high}, if provided.",
+        )
+    return wait
+
+
 async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = queue_of(ctx, params)
     system = param_str_list(params, "AttributeNames") + param_str_list(
@@ -354,7 +377,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
         name,
         max_messages=1 if max_messages is None else max_messages,
         visibility_timeout=param_ranged(params, "VisibilityTimeout", *limits.VISIBILITY_TIMEOUT),
-        wait=param_ranged(params, "WaitTimeSeconds", *limits.RECEIVE_WAIT),
+        wait=_wait_time(params),
         gone=ctx.gone,
         attempt_id=attempt_id,
     )
@@ -398,19 +421,29 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     return {"Messages": messages} if messages else {}
 
 
-def _receipt_error(error: Exception, action: str) -> SqsError | None:
+# A receipt handle as echoed in an error: SQS quotes it whole; bounded here.
+_HANDLE_ECHO = 1024
+
+
+def _receipt_error(error: Exception, action: str, handle: str) -> SqsError | None:
     """What SQS answers for a handle the engine refused (None: success)."""
+    shown = handle[:_HANDLE_ECHO]
     if isinstance(error, InvalidReceiptHandle):
-        return SqsError("ReceiptHandleIsInvalid", "The input receipt handle is invalid.")
+        return SqsError(
+            "ReceiptHandleIsInvalid",
+            f'The input receipt handle "{shown}" is not a valid receipt handle.',
+        )
     if isinstance(error, LeaseLost):
         if action == "delete":
             # SQS: deleting with a handle that is no longer the latest succeeds
             # and deletes nothing (the engine's conditional delete).
             return None
+        # The message was deleted, or received again (the engine does not say
+        # which): SQS's answer for a message that is gone.
         return SqsError(
-            "MessageNotInflight",
-            "The message referred to is not in flight: it was deleted, or received again "
-            "by another receive.",
+            "InvalidParameterValue",
+            f"Value {shown} for parameter ReceiptHandle is invalid. Reason: Message does not "
+            f"exist or is not available for visibility timeout change.",
         )
     return from_engine(error)
 
@@ -420,7 +453,7 @@ async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]
     handle = param_required(params, "ReceiptHandle")
     (result,) = await ctx.service.delete(name, [handle])
     if result is not None:
-        error = _receipt_error(result.error, "delete")
+        error = _receipt_error(result.error, "delete", handle)
         if error is not None:
             raise error
     return {}
@@ -438,8 +471,8 @@ async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str
                 "MissingParameter", "The request must contain the parameter ReceiptHandle."
             )))
     results = await ctx.service.delete(name, [h for _, h in valid]) if valid else []
-    for (entry_id, _), result in zip(valid, results, strict=True):
-        error = None if result is None else _receipt_error(result.error, "delete")
+    for (entry_id, handle), result in zip(valid, results, strict=True):
+        error = None if result is None else _receipt_error(result.error, "delete", handle)
         if error is None:
             successful.append({"Id": entry_id})
         else:
@@ -457,7 +490,7 @@ async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dic
         )
     (result,) = await ctx.service.change_visibility(name, [(handle, timeout)])
     if isinstance(result, EntryError):
-        error = _receipt_error(result.error, "change")
+        error = _receipt_error(result.error, "change", handle)
         assert error is not None
         raise error
     return {}
@@ -485,9 +518,9 @@ async def change_message_visibility_batch(
     results = (
         await ctx.service.change_visibility(name, [(h, t) for _, h, t in valid]) if valid else []
     )
-    for (entry_id, _, _), result in zip(valid, results, strict=True):
+    for (entry_id, handle, _), result in zip(valid, results, strict=True):
         if isinstance(result, EntryError):
-            refused = _receipt_error(result.error, "change")
+            refused = _receipt_error(result.error, "change", handle)
             assert refused is not None
             failed.append(_failure(entry_id, refused))
         else:

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
-from app.sqs.errors import SqsError
+from app.sqs.errors import NAMESPACES, NO_QUEUE_QUERY, SQS_NAMESPACE, SqsError
 
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 XML_CONTENT_TYPE = "text/xml"
@@ -193,7 +193,8 @@ def json_result(result: dict[str, Any]) -> bytes:
 
 
 def json_error(error: SqsError) -> tuple[bytes, dict[str, str]]:
-    body = {"__type": f"com.amazonaws.sqs#{error.name}", "message": error.message}
+    namespace = NAMESPACES.get(error.name, SQS_NAMESPACE)
+    body = {"__type": f"{namespace}#{error.name}", "message": error.message}
     return json_result(body), {"x-amzn-query-error": f"{error.code};{error.fault}"}
 
 
@@ -216,10 +217,11 @@ def _xml(name: str, value: Any, action: str, out: list[str]) -> None:
             _xml(value_field, item, action, out)
             out.append(f"</{element}>")
     elif isinstance(value, dict):
-        out.append(f"<{name}>")
+        inner: list[str] = []
         for key, item in value.items():
-            _xml(key, item, action, out)
-        out.append(f"</{name}>")
+            _xml(key, item, action, inner)
+        # Nothing inside (an empty result): an empty element, as SQS writes it.
+        out.append(f"<{name}>{''.join(inner)}</{name}>" if inner else f"<{name}/>")
     elif value is not None:
         out.append(f"<{name}>{_text(value)}</{name}>")
 
@@ -234,9 +236,11 @@ def xml_result(action: str, result: dict[str, Any], request_id: str) -> bytes:
 
 
 def xml_error(error: SqsError, request_id: str) -> bytes:
+    # SQS's Query protocol has its own words for a queue that does not exist.
+    message = NO_QUEUE_QUERY if error.name == "QueueDoesNotExist" else error.message
     return (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error>'
         f"<Type>{error.fault}</Type><Code>{_text(error.code)}</Code>"
-        f"<Message>{_text(error.message)}</Message><Detail/></Error>"
+        f"<Message>{_text(message)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     ).encode()

@@ -20,7 +20,7 @@ from app.sqs.context import (
     param_str_map,
     queue_of,
 )
-from app.sqs.errors import SqsError
+from app.sqs.errors import NO_QUEUE, SqsError
 
 LIST_QUEUES_MAX = 1000
 
@@ -61,7 +61,7 @@ async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = param_required(params, "QueueName")
     owner = param_str(params, "QueueOwnerAWSAccountId")
     if owner not in (None, ctx.account) or not limits.is_queue_name(name):
-        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+        raise SqsError("QueueDoesNotExist", NO_QUEUE)
     # Every worker asks for its queue's URL first: any scope on the queue will do.
     if not any(ctx.principal.allows(action, name) for action in SCOPE_ACTIONS):
         ctx.principal.require("read", name)
@@ -98,7 +98,8 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     # A key sees the queues it may read: a page may come out shorter than
     # MaxResults, and NextToken still continues after the page's last queue.
     shown = [q for q in page if ctx.principal.allows("read", q.name)]
-    result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]}
+    # No queue: SQS leaves QueueUrls out (not an empty list).
+    result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]} if shown else {}
     if more and limit is not None:
         result["NextToken"] = _token(page[-1].name)
     return result

@@ -26,7 +26,7 @@ from app.config import Settings
 from app.errors import LeaseqError
 from app.sqs import protocol, sigv4
 from app.sqs.actions import ACTIONS, SCOPES, Context
-from app.sqs.errors import SqsError, from_engine
+from app.sqs.errors import NO_QUEUE, SqsError, from_engine
 
 _log = logging.getLogger(__name__)
 _ACCOUNT = re.compile(r"^[0-9]{12}$")
@@ -95,8 +95,12 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
         principal, sender = await _authenticate(request, is_json)
         if is_json:
             if not target or not target.startswith(protocol.TARGET_PREFIX):
-                raise SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action>.")
+                raise SqsError(
+                    "UnknownOperationException", "X-Amz-Target must be AmazonSQS.<Action>."
+                )
             action = target[len(protocol.TARGET_PREFIX):]
+            if action not in ACTIONS:
+                raise SqsError("UnknownOperationException", f"Unknown operation {action[:100]}.")
             params = protocol.parse_json(body)
         else:
             action, params = protocol.parse_form(protocol.form_pairs(body, request.query))
@@ -167,7 +171,7 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
         raise StarletteHTTPException(404, "Not Found")
     if account != settings.sqs_account_id:
         return response_of(_error(
-            SqsError("QueueDoesNotExist", "The specified queue does not exist."),
+            SqsError("QueueDoesNotExist", NO_QUEUE),
             request.headers.get("x-amz-target") is not None, str(uuid.uuid4()),
         ))
     body = await request.body()
