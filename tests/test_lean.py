@@ -37,18 +37,18 @@ def test_the_lean_path_serves_exactly_the_message_cycle() -> None:
 
 
 def test_the_sqs_door_s_root_is_served_on_the_lean_path() -> None:
-    # Both SQS protocols post to /; a queue URL (Query clients) stays with FastAPI.
+    # Both SQS protocols post to / (Query may GET it); a queue URL stays with FastAPI.
     served = [
         (sorted(route.methods), route.path) for route in sqs_routes.router.routes
         if isinstance(route, APIRoute) and handler_of(route) is not None
     ]
-    assert served == [(["POST"], "/")]
+    assert served == [(["GET", "POST"], "/")]
 
 
 async def test_a_method_the_lean_route_has_not_is_fastapi_s_405(
     client: httpx.AsyncClient,
 ) -> None:
-    for method, path, allowed in [("GET", "/", {"POST"}),
+    for method, path, allowed in [("PUT", "/", {"GET", "POST"}),
                                   ("PUT", "/v1/queues/q/receive", {"GET", "POST"})]:
         refused = await client.request(method, path)
         assert refused.status_code == 405, (method, path)

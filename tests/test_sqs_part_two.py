@@ -1,6 +1,7 @@
 """SQS behaviours clients meet, as AWS records them, with boto3 on both protocols:
 the MessageAttributeNames filters on receive, message attribute refusals, error codes
-and messages, and the Query protocol's empty results and unknown actions."""
+and messages, the Query protocol's empty results and unknown actions, the forms of a
+QueueUrl, and the Query protocol over GET (signed, when keys exist)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+from conftest import ServeApp
 from sqs_clients import ACCOUNT, client, reference_md5_of_attributes, run
 
 PROTOCOLS = ["json", "query"]
@@ -253,3 +258,143 @@ async def test_unknown_operations(served: tuple[str, Any]) -> None:
         known = await http.post("/", content=b"{}",
                                 headers={**headers, "X-Amz-Target": "AmazonSQS.ListQueues"})
         assert known.status_code == 200
+
+
+QUEUE_URL_FORMS = [
+    "forms",  # a bare queue name
+    f"https://sqs.eu-west-1.amazonaws.com/{ACCOUNT}/forms",  # another host and region
+    f"http://localhost:4566/{ACCOUNT}/forms",  # LocalStack's, ElasticMQ's
+    f"http://sqs.us-east-1.localhost.localstack.cloud:4566/{ACCOUNT}/forms",
+    f"http://localhost:4566/queue/us-east-1/{ACCOUNT}/forms",  # LocalStack path-style
+    "http://localhost:9324/queue/forms",  # ElasticMQ's old form
+    f"{ACCOUNT}/forms",
+]
+
+
+async def test_queue_url_forms(sqs: Any, protocol: str, served: tuple[str, Any]) -> None:
+    """A QueueUrl of any host, port or region, or a bare name, names the queue."""
+    url = (await run(sqs.create_queue, QueueName="forms"))["QueueUrl"]
+    await run(sqs.create_queue, QueueName="forms-other")
+    for form in QUEUE_URL_FORMS:
+        await run(sqs.send_message, QueueUrl=form, MessageBody=form)
+    received: list[str] = []
+    for _ in range(len(QUEUE_URL_FORMS)):
+        got = await run(sqs.receive_message, QueueUrl="forms", MaxNumberOfMessages=10)
+        received += [m["Body"] for m in got.get("Messages", [])]
+        if len(received) == len(QUEUE_URL_FORMS):
+            break
+    assert sorted(received) == sorted(QUEUE_URL_FORMS)
+    attributes = await run(sqs.get_queue_attributes, QueueUrl="forms-other",
+                           AttributeNames=["ApproximateNumberOfMessages"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "0"
+    assert (await run(sqs.get_queue_url, QueueName="forms"))["QueueUrl"] == url
+    expected = ("AWS.SimpleQueueService.NonExistentQueue", NO_QUEUE[protocol])
+    for refused in [
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/forms",  # another account
+        "http://localhost:4566/queue/us-east-1/123456789012/forms",
+        "nope",  # a bare name of no queue
+        "no such name!",
+        "http://[::1/000000000000/forms",  # not a URL (urlsplit refuses it)
+        f"http://localhost:4566/{ACCOUNT}/forms/extra",
+        f"http://localhost:4566/{ACCOUNT}/",
+    ]:
+        assert await refusal(sqs.send_message, QueueUrl=refused, MessageBody="m") == expected
+
+
+async def test_query_protocol_over_get(served: tuple[str, Any]) -> None:
+    """GET with the parameters in the query string, at the root or the queue URL."""
+    base, _ = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        listed = await http.get("/?Action=ListQueues&Version=2012-11-05")
+        assert listed.status_code == 200, listed.text
+        assert listed.headers["content-type"].startswith("text/xml")
+        assert "<ListQueuesResponse" in listed.text and "<ListQueuesResult/>" in listed.text
+        created = await http.get("/", params={"Action": "CreateQueue", "QueueName": "got",
+                                              "Version": "2012-11-05"})
+        assert created.status_code == 200, created.text
+        assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in created.text
+        sent = await http.get(f"/{ACCOUNT}/got?Action=SendMessage&MessageBody=x")
+        assert sent.status_code == 200, sent.text
+        assert "<MessageId>" in sent.text
+        sent = await http.get("/", params={"Action": "SendMessage", "QueueUrl": "got",
+                                           "MessageBody": "y",
+                                           "MessageAttribute.1.Name": "a",
+                                           "MessageAttribute.1.Value.DataType": "String",
+                                           "MessageAttribute.1.Value.StringValue": "v"})
+        assert sent.status_code == 200, sent.text
+        assert "<MD5OfMessageAttributes>" in sent.text
+        received = await http.get("/", params={
+            "Action": "ReceiveMessage", "QueueUrl": f"{base}/{ACCOUNT}/got",
+            "MaxNumberOfMessages": "10", "MessageAttributeName.1": "All"})
+        assert received.status_code == 200, received.text
+        assert "<Body>x</Body>" in received.text and "<Body>y</Body>" in received.text
+        listed = await http.get("/?Action=ListQueues")
+        assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in listed.text
+        # Refusals in XML, as a POST gets them.
+        for query, status, code in [
+            ("", 400, "MissingAction"),
+            ("?Version=2012-11-05", 400, "MissingAction"),
+            ("?Action=Frobnicate", 400, "InvalidAction"),
+            ("?Action=GetQueueUrl", 400, "MissingParameter"),
+            ("?Action=GetQueueUrl&QueueName=nope", 400,
+             "AWS.SimpleQueueService.NonExistentQueue"),
+            ("?Action=SendMessage&QueueUrl=got&MessageBody=%01", 400, "InvalidMessageContents"),
+            ("?Action=SendMessage&QueueUrl=got&Attribute.x.1=1", 400, "InvalidParameterValue"),
+        ]:
+            answer = await http.get("/" + query)
+            assert answer.status_code == status, (query, answer.text)
+            assert f"<Code>{code}</Code>" in answer.text, (query, answer.text)
+        # Another method: 405 naming the ones allowed, not a 500.
+        for method, path in [("PUT", "/"), ("DELETE", "/"), ("PATCH", "/"),
+                             ("PUT", f"/{ACCOUNT}/got"), ("DELETE", f"/{ACCOUNT}/got")]:
+            answer = await http.request(method, path + "?Action=ListQueues")
+            assert answer.status_code == 405, (method, path, answer.text)
+            assert set(answer.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+KEY_ID = "LQBOOTSTRAPADMIN0001"
+KEY_SECRET = "admin-secret-0123456789abcdefghij"
+
+
+def _signed_get(url: str, secret: str = KEY_SECRET) -> dict[str, str]:
+    """The headers of a GET signed in its Authorization header, as the SDKs sign."""
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "eu-west-1").add_auth(request)
+    return dict(request.headers)
+
+
+async def test_query_over_get_is_signed(serve_factory: ServeApp) -> None:
+    """With keys, a GET needs the same header SigV4 as a POST, over its query string;
+    presigned URLs stay refused."""
+    base, _ = await serve_factory(admin_key=f"{KEY_ID}.{KEY_SECRET}")
+    async with httpx.AsyncClient() as http:
+        url = f"{base}/?Action=CreateQueue&QueueName=signed&Version=2012-11-05"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 200, answer.text
+        url = f"{base}/{ACCOUNT}/signed?Action=SendMessage&MessageBody=hello%20there"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 200, answer.text
+        url = f"{base}/?Action=ReceiveMessage&QueueUrl=signed"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert "<Body>hello there</Body>" in answer.text
+        unsigned = await http.get(f"{base}/?Action=ListQueues")
+        assert unsigned.status_code == 403
+        assert "<Code>MissingAuthenticationToken</Code>" in unsigned.text
+        signed = f"{base}/?Action=ListQueues"
+        for sent, headers, code in [
+            # Another query string than the one signed, or another secret.
+            (f"{base}/?Action=ListQueues&QueueNamePrefix=s", _signed_get(signed),
+             "SignatureDoesNotMatch"),
+            (f"{base}/?Action=DeleteQueue&QueueUrl=signed", _signed_get(signed),
+             "SignatureDoesNotMatch"),
+            (signed, _signed_get(signed, "not-the-secret"), "SignatureDoesNotMatch"),
+            (f"{base}/?Action=ListQueues&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+             f"{KEY_ID}%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Signature="
+             + "0" * 64, {}, "IncompleteSignature"),
+        ]:
+            answer = await http.get(sent, headers=headers)
+            assert answer.status_code == 403, (sent, answer.text)
+            assert f"<Code>{code}</Code>" in answer.text, (sent, answer.text)
+        url = f"{base}/?Action=GetQueueUrl&QueueName=signed"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 200, answer.text  # not deleted by the refused GET

@@ -119,10 +119,29 @@ def queue_of(ctx: Context, params: dict[str, Any]) -> str:
             ctx.principal.require(ctx.need, ctx.path_queue)
             return ctx.path_queue
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
-    parts = [p for p in urlsplit(url).path.split("/") if p]
-    if len(parts) != 2 or parts[0] != ctx.account or not limits.is_queue_name(parts[1]):
+    name = name_of_queue_url(url, ctx.account)
+    ctx.principal.require(ctx.need, name)
+    return name
+
+
+def name_of_queue_url(url: str, account: str) -> str:
+    """The queue a QueueUrl names, whatever its scheme, host, port or region: a
+    bare queue name; `/{account}/{name}` (SQS's, ElasticMQ's, LocalStack's URLs);
+    LocalStack's path-style `/queue/{region}/{account}/{name}`; ElasticMQ's old
+    `/queue/{name}`. Another account's queue, or anything else, does not exist."""
+    if limits.is_queue_name(url):  # a bare name: no "/" nor ":" can be in one
+        return url
+    try:
+        path = urlsplit(url).path
+    except ValueError as exc:  # such as an unclosed "[" of an IPv6 host
+        raise SqsError("QueueDoesNotExist", NO_QUEUE) from exc
+    parts = [p for p in path.split("/") if p]
+    if len(parts) == 4 and parts[0] == "queue":
+        parts = parts[2:]
+    if len(parts) == 2 and parts[0] == "queue":
+        parts = [account, parts[1]]
+    if len(parts) != 2 or parts[0] != account or not limits.is_queue_name(parts[1]):
         raise SqsError("QueueDoesNotExist", NO_QUEUE)
-    ctx.principal.require(ctx.need, parts[1])
     return parts[1]
 
 

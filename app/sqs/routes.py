@@ -1,5 +1,6 @@
-"""The SQS endpoints: `POST /` for both protocols, and the queue URL itself
-(`/{account}/{queue}`, POST or GET) for Query clients that post there.
+"""The SQS endpoints: `POST /` for both protocols (and `GET /`, a Query request
+in the query string), and the queue URL itself (`/{account}/{queue}`, POST or
+GET) for Query clients that post there. Other methods: 405 with `Allow`.
 
 The protocol is chosen per request: `X-Amz-Target: AmazonSQS.<Action>` is the
 AWS JSON 1.0 protocol; otherwise the form field `Action` is the Query protocol
@@ -157,10 +158,11 @@ async def _serve_root(call: Call) -> Answer:
     return await _handle(_Request(call.scope, call.receive, call.body), None)
 
 
-@router.post("/")
+@router.api_route("/", methods=["GET", "POST"])
 @serves(_serve_root)
 async def sqs_root() -> None:
-    """Both SQS protocols (served on the lean path: app/asgi/lean.py)."""
+    """Both SQS protocols (served on the lean path: app/asgi/lean.py); a Query
+    request may also be a GET, its parameters in the query string, as AWS takes it."""
 
 
 @router.api_route("/{account}/{queue}", methods=["GET", "POST"])
