@@ -144,7 +144,7 @@ def _send_params(key: SendKey, flat: list[Outgoing]) -> Mapping[str, Any]:
     }
 
 
-def _send_weight(items: list[Outgoing]) -> int:
+def _send_weight(items: list[Outgoing] | list[FifoOutgoing]) -> int:
     return sum(len(m.body) + len(m.attributes) + 64 for m in items)
 
 
@@ -309,7 +309,7 @@ SEND_FIFO: Grouped[FifoSendKey, FifoOutgoing, list[Row]] = Grouped(
     params=_fifo_send_params,
     share=_fifo_send_share,
     limit=GROUP_SEND_BYTES,
-    weigh=lambda items: sum(len(m.body) + len(m.attributes) + 64 for m in items),
+    weigh=_send_weight,
 )
 """Durable on return; a row per message: the one stored, or the one its
 deduplication id named (`stored` false)."""

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from app.config import Settings
 from app.db.connector import Connector, ConstraintViolation, Row, Session
@@ -173,33 +173,7 @@ class QueueService:
         queue = await self.queues.find(name)
         if queue.attributes.fifo:
             return await self._send_fifo(queue, messages)
-        results: list[SentMessage | EntryError | None] = []
-        accepted: list[int] = []
-        outgoing: list[Outgoing] = []
-        for index, message in enumerate(messages):
-            try:
-                _check_size(queue, message)
-                if message.delay is not None:
-                    check_range("delay", message.delay, limits.DELAY)
-                if message.group_id is not None or message.deduplication_id is not None:
-                    raise InvalidParameter(
-                        "group and deduplication_id are for FIFO queues; this queue is a "
-                        "standard one."
-                    )
-            except QueueError as exc:
-                results.append(EntryError(exc))
-                continue
-            results.append(None)  # filled in from the INSERT below
-            accepted.append(index)
-            flat, types = _stored_attributes(message)
-            outgoing.append(Outgoing(
-                body=message.body,
-                attributes=flat,
-                attribute_types=types,
-                sender_id=message.sender_id,
-                delay=queue.attributes.delay if message.delay is None else message.delay,
-                not_before=message.not_before,
-            ))
+        results, accepted, outgoing = _accept(queue, messages, _standard_outgoing)
         if outgoing:
             rows = await self.group.run(
                 grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
@@ -215,24 +189,11 @@ class QueueService:
         self, queue: Queue, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
         """send for a FIFO queue: every message in a group, deduplicated."""
-        results: list[SentMessage | EntryError | None] = []
-        accepted: list[int] = []
-        outgoing: list[FifoOutgoing] = []
-        attributes = queue.attributes
-        for index, message in enumerate(messages):
-            try:
-                _check_size(queue, message)
-                outgoing.append(_fifo_outgoing(attributes, message))
-            except QueueError as exc:
-                results.append(EntryError(exc))
-                continue
-            results.append(None)
-            accepted.append(index)
+        results, accepted, outgoing = _accept(queue, messages, _fifo_outgoing)
         if outgoing:
-            rows = await self.group.run(
-                grouped.SEND_FIFO, (queue.id, attributes.delay), outgoing
-            )
-            self._notify_here(lambda: grouped.fifo_send_notice(queue.id, attributes.delay, rows))
+            delay = queue.attributes.delay
+            rows = await self.group.run(grouped.SEND_FIFO, (queue.id, delay), outgoing)
+            self._notify_here(lambda: grouped.fifo_send_notice(queue.id, delay, rows))
             for index, row in zip(accepted, rows, strict=True):
                 results[index] = SentMessage(
                     message_id=str(row["message_id"]),
@@ -647,12 +608,53 @@ class QueueService:
             return await session.execute(Q.sweep_expired, {"limit": batch})
 
 
-def _check_size(queue: Queue, message: OutgoingMessage) -> None:
-    if message_size(message) > queue.attributes.max_message_bytes:
-        raise MessageTooLarge(
-            f"Message is larger than the queue's max_message_bytes "
-            f"({queue.attributes.max_message_bytes})."
+_Out = TypeVar("_Out")
+
+
+def _accept(
+    queue: Queue,
+    messages: Sequence[OutgoingMessage],
+    prepare: Callable[[QueueAttributes, OutgoingMessage], _Out],
+) -> tuple[list[SentMessage | EntryError | None], list[int], list[_Out]]:
+    """Each message checked and prepared for its INSERT: a result per message
+    (an entry's error, or None until the INSERT fills it in), the indexes of the
+    accepted ones and what the INSERT takes of them."""
+    results: list[SentMessage | EntryError | None] = []
+    accepted: list[int] = []
+    outgoing: list[_Out] = []
+    for index, message in enumerate(messages):
+        try:
+            if message_size(message) > queue.attributes.max_message_bytes:
+                raise MessageTooLarge(
+                    f"Message is larger than the queue's max_message_bytes "
+                    f"({queue.attributes.max_message_bytes})."
+                )
+            outgoing.append(prepare(queue.attributes, message))
+        except QueueError as exc:
+            results.append(EntryError(exc))
+            continue
+        results.append(None)
+        accepted.append(index)
+    return results, accepted, outgoing
+
+
+def _standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Outgoing:
+    """A message for a standard queue, checked."""
+    if message.delay is not None:
+        check_range("delay", message.delay, limits.DELAY)
+    if message.group_id is not None or message.deduplication_id is not None:
+        raise InvalidParameter(
+            "group and deduplication_id are for FIFO queues; this queue is a standard one."
         )
+    flat, types = _stored_attributes(message)
+    return Outgoing(
+        body=message.body,
+        attributes=flat,
+        attribute_types=types,
+        sender_id=message.sender_id,
+        delay=attributes.delay if message.delay is None else message.delay,
+        not_before=message.not_before,
+    )
 
 
 def _fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> FifoOutgoing:
