@@ -132,6 +132,39 @@ async def test_a_disconnected_client_claims_nothing(
     del reader
 
 
+class LeavesWhileClaiming:
+    """A client that goes away once its receive has parked, before its claim
+    is answered: the race a disconnect watcher alone cannot close."""
+
+    def __init__(self) -> None:
+        self.left = False
+
+    def is_set(self) -> bool:
+        return self.left
+
+    def watch(self) -> None:
+        self.left = True
+
+    async def wait(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_claim_answered_after_its_client_left_is_given_back(
+    served: tuple[str, Any], db: asyncpg.Connection
+) -> None:
+    base, app = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.post("/v1/queues", json={"name": "q"})).status_code == 201
+        sent = await http.post("/v1/queues/q/messages", json={"body": "for a live worker"})
+        assert sent.status_code == 201
+        gone = LeavesWhileClaiming()
+        assert await app.state.service.receive("q", wait=5, gone=gone) == []
+        assert gone.left
+        # Visible again at once, and the gone client's receive not counted.
+        got = (await http.get("/v1/queues/q/receive")).json()["messages"]
+    assert [m["receive_count"] for m in got] == [1]
+
+
 async def test_one_message_wakes_one_waiter_not_the_herd(client: httpx.AsyncClient) -> None:
     queue = await make_queue(client)
     hub: Any = client.app.state.hub  # type: ignore[attr-defined]

@@ -11,8 +11,8 @@ from starlette.types import Receive
 
 class ClientGone:
     """Set when the client disconnects. The connection is watched only once
-    something waits on it: a request that never waits (a short poll, a send)
-    costs no watcher task."""
+    a request may wait (a long poll parks): one that never waits (a short
+    poll, a send) costs no watcher task."""
 
     __slots__ = ("_event", "_receive", "_watcher")
 
@@ -24,9 +24,15 @@ class ClientGone:
     def is_set(self) -> bool:
         return self._event.is_set()
 
-    async def wait(self) -> bool:
+    def watch(self) -> None:
+        """Start noticing. Called when a long poll parks, before it looks: a
+        wake that comes during the look must not find the watcher unstarted,
+        or a claim would go to a client that left while it was parked."""
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._watch())
+
+    async def wait(self) -> bool:
+        self.watch()
         return await self._event.wait()
 
     async def _watch(self) -> None:

@@ -24,9 +24,11 @@ from app.queue.waiting import Waiter, WaitHub
 
 
 class Gone(Protocol):
-    """Set when the client has gone away (asyncio.Event is one)."""
+    """Set when the client has gone away."""
 
     def is_set(self) -> bool: ...
+
+    def watch(self) -> None: ...
 
     async def wait(self) -> Any: ...
 
@@ -154,6 +156,8 @@ class Receive:
         if self._seat is None:
             self._seat = self._hub.take_seat(queue.id)
         self._waiter = self._hub.park(queue.id)
+        if self._gone is not None:
+            self._gone.watch()
 
     async def _look(self) -> tuple[list[ReceivedMessage], Outlook | None]:
         """Claims in a connection of its own; a receive that may wait also reads

@@ -296,16 +296,34 @@ class QueueService:
         """
         _check_receive(max_messages, visibility_timeout, wait)
         if attempt_id is not None:
-            return await self._attempt(
+            received = await self._attempt(
                 name, attempt_id, max_messages=max_messages,
                 visibility_timeout=visibility_timeout, wait=wait, gone=gone,
             )
-        receive = Receive(
-            self._db, self.queues, self._hub, self._claim, name,
-            max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
-            gone=gone,
-        )
-        return await receive.run()
+        else:
+            receive = Receive(
+                self._db, self.queues, self._hub, self._claim, name,
+                max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
+                gone=gone,
+            )
+            received = await receive.run()
+        if received and gone is not None and gone.is_set():
+            await self._give_back_now(name, received)
+            return []
+        return received
+
+    async def _give_back_now(self, name: str, received: list[ReceivedMessage]) -> None:
+        """Undoes a claim that finished after its client left (the client went
+        while the claim's statement ran): nobody will receive these messages,
+        so they are visible again at once rather than after a whole lease."""
+        queue = await self.queues.find(name)
+        rows: list[Row] = []
+        for message in received:
+            receipt = self._signer.decode(message.receipt_handle, queue_id=queue.id)
+            rows.append({"id": receipt.message_row, "claim_token": receipt.claim_token})
+        statement = grouped.give_back(queue, rows)
+        if statement is not None:
+            await self._run_quietly(statement)
 
     async def _attempt(
         self,
