@@ -140,11 +140,10 @@ def _serve(args: argparse.Namespace) -> int:
     from app.config import Settings
     from app.db.embedded import EmbeddedPostgres
     from app.db.migrate import upgrade
+    from app.logs import configure
 
     settings = _settings(host=args.host, port=args.port, data_dir=args.data_dir)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure(settings)
     log = logging.getLogger("leaseq")
     # SIGTERM is a requested stop, handled like Ctrl-C: it unwinds through
     # `finally` (stopping an embedded server started here) and exits 0. It must
@@ -256,6 +255,7 @@ def _keys(args: argparse.Namespace) -> int:
 def _run_uvicorn(settings: Settings, *, workers: int) -> None:
     import uvicorn
 
+    from app.logs import logging_config
     from app.main import create_app
 
     # uvicorn counts open connections (idle keep-alive ones too) and requests
@@ -273,6 +273,9 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level.lower(),
+        "log_config": logging_config(settings),
+        # leaseq.access writes the access line (route templates, request ids).
+        "access_log": False,
         # Long polls are woken at shutdown; this bounds anything else.
         "timeout_graceful_shutdown": 5,
         "limit_concurrency": limit_concurrency,

@@ -7,6 +7,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -125,6 +126,16 @@ class Settings(BaseSettings):
         "default); behind a load balancer, set it above the balancer's idle timeout.",
     )
     log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
+    log_format: Literal["json", "text"] | None = Field(
+        default=None,
+        description="`json`: one JSON object per line; `text`: plain lines for a "
+        "person. Unset: text on a terminal, JSON otherwise (a file, a pipe, a collector).",
+    )
+    access_log: bool = Field(
+        default=True,
+        description="One line per request: method, route, queue (SQS: the action), "
+        "status, latency and request id. Never a header, a body or a query string.",
+    )
     telemetry: bool = Field(
         default=False,
         description="FastAPI's OpenTelemetry spans and metrics for every request (they "

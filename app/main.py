@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.api import problems
 from app.api.routes import health, keys, messages, queues, redrive
+from app.asgi.access import AccessLog
 from app.asgi.lean import LeanApp
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
@@ -255,12 +256,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         refuse=_refuse,
     )
     app.add_middleware(LimitBodyAndCount, max_bytes=settings.request_limit(), counts=counts)
+    # Outside the guard and the size limit: their refusals get an id and a line too.
+    app.add_middleware(AccessLog, enabled=settings.access_log)
     if settings.origins():
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.origins(),
             allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["authorization", "content-type", "x-request-id"],
+            expose_headers=["x-request-id"],
             max_age=600,
         )
     return app

@@ -1,0 +1,121 @@
+"""Log lines: JSON off a terminal, one shape for leaseq's and uvicorn's loggers, an
+access line per request with its request id, and never a secret or a body."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import logging.config
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from processes import ServiceProcesses
+
+from app.config import Settings
+from app.logs import log_format, logging_config
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
+    with ServiceProcesses(tmp_path) as started:
+        yield started
+
+
+def _formatted(settings: Settings, record: logging.LogRecord) -> str:
+    """`record` as the configured formatter writes it."""
+    spec = dict(logging_config(settings)["formatters"]["leaseq"])
+    formatter = logging.config.DictConfigurator({}).configure_formatter(spec)
+    return str(formatter.format(record))
+
+
+def test_json_lines_carry_the_level_logger_time_and_extra_fields() -> None:
+    record = logging.LogRecord("leaseq.access", logging.INFO, __file__, 1,
+                               "GET %s 200", ("/healthz",), None)
+    record.request_id = "abc"
+    line = json.loads(_formatted(Settings(log_format="json"), record))
+    assert line["level"] == "INFO" and line["logger"] == "leaseq.access"
+    assert line["message"] == "GET /healthz 200" and line["request_id"] == "abc"
+    assert line["time"].endswith("+00:00")
+
+
+def test_text_lines_for_a_person() -> None:
+    record = logging.LogRecord("leaseq", logging.WARNING, __file__, 1, "careful", (), None)
+    text = _formatted(Settings(log_format="text"), record)
+    assert text.endswith("WARNING leaseq: careful")
+
+
+def test_the_format_follows_the_terminal_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert log_format(Settings()) == "text"
+    assert log_format(Settings(log_format="json")) == "json"
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert log_format(Settings()) == "json"
+    assert log_format(Settings(log_format="text")) == "text"
+
+
+def _access(records: list[logging.LogRecord]) -> list[dict[str, Any]]:
+    return [vars(r) for r in records if r.name == "leaseq.access"]
+
+
+async def test_every_request_has_an_id_and_one_access_line(
+    served: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    base, _ = served
+    caplog.set_level(logging.INFO, logger="leaseq.access")
+    async with httpx.AsyncClient(base_url=base) as http:
+        created = await http.post("/v1/queues", json={"name": "logged"},
+                                  headers={"x-request-id": "req-1"})
+        assert created.status_code == 201 and created.headers["x-request-id"] == "req-1"
+        sent = await http.post("/v1/queues/logged/messages",
+                               json={"body": "the body is private"},
+                               headers={"authorization": "Bearer not.a-key-secret"})
+        assert sent.status_code == 201
+        fresh = sent.headers["x-request-id"]
+        assert len(fresh) == 32  # none given: one made here
+        odd = await http.get("/v1/queues/logged?x=1", headers={"x-request-id": "two words"})
+        assert odd.headers["x-request-id"] not in ("two words", fresh)
+        missing = await http.get("/v1/queues/nope")
+        assert missing.status_code == 404
+    lines = _access(caplog.records)
+    assert [(x["method"], x["route"], x["queue"], x["status"]) for x in lines] == [
+        ("POST", "/v1/queues", None, 201),
+        ("POST", "/v1/queues/{queue}/messages", "logged", 201),
+        ("GET", "/v1/queues/{queue}", "logged", 200),
+        ("GET", "/v1/queues/{queue}", "nope", 404),
+    ]
+    assert [x["request_id"] for x in lines[:2]] == ["req-1", fresh]
+    assert all(x["latency_ms"] > 0 for x in lines)
+    written = [r for r in caplog.records if r.name == "leaseq.access"]
+    text = repr([(r.getMessage(), vars(r)) for r in written])
+    assert "private" not in text and "secret" not in text and "x=1" not in text
+
+
+@pytest.mark.e2e
+def test_a_served_process_writes_json_lines_only(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    service = services.start(tmp_path / "data")  # its output is a file: JSON
+    service.wait_healthy()
+    with service.client() as client:
+        assert client.post("/v1/queues", json={"name": "q"}).status_code == 201
+        sent = client.post("/v1/queues/q/messages", json={"body": "body-never-logged"},
+                           headers={"x-request-id": "e2e-42"})
+        assert sent.status_code == 201 and sent.headers["x-request-id"] == "e2e-42"
+    assert service.stop() == 0, service.log()
+    lines = [json.loads(line) for line in service.full_log().splitlines() if line.strip()]
+    loggers = {line["logger"] for line in lines}
+    assert {"leaseq", "uvicorn.error", "leaseq.access"} <= loggers, loggers
+    assert "uvicorn.access" not in loggers  # leaseq.access replaces it
+    (access,) = [x for x in lines if x.get("request_id") == "e2e-42"]
+    assert access["route"] == "/v1/queues/{queue}/messages" and access["status"] == 201
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    assert "body-never-logged" not in service.full_log()
