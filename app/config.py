@@ -8,6 +8,7 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -150,6 +151,13 @@ class Settings(BaseSettings):
         default="us-east-1", pattern=r"^[a-z0-9-]{1,40}$",
         description="The region in SQS queue ARNs.",
     )
+    public_url: str | None = Field(
+        default=None,
+        description="The base of the SQS queue URLs clients are told (CreateQueue, "
+        "GetQueueUrl, ListQueues), such as https://q.example.com or "
+        "https://q.example.com/sqs behind a proxy that strips that path; unset: the "
+        "request's scheme and Host header. The service itself still serves at its root.",
+    )
     sqs_credentials: SecretStr | None = Field(
         default=None,
         description="SQS access keys and secrets, `KEY1:secret1,KEY2:secret2`; when set, "
@@ -195,6 +203,29 @@ class Settings(BaseSettings):
             return None
         parse_credentials(value.get_secret_value())
         return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_base_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if any(c.isspace() for c in value):
+            raise ValueError("LEASEQ_PUBLIC_URL is not a URL: it has a space in it")
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 -- parsing the port is the check: a bad one raises
+        except ValueError as exc:
+            raise ValueError(f"LEASEQ_PUBLIC_URL is not a URL: {exc}") from None
+        # Queue URLs are this base, then /{account}/{queue}: a query, a fragment or
+        # credentials in it would end up in the middle of every queue URL.
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("LEASEQ_PUBLIC_URL must be an http:// or https:// URL with a host")
+        if parts.query or parts.fragment or "?" in value or "#" in value:
+            raise ValueError("LEASEQ_PUBLIC_URL may not have a query or a fragment")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("LEASEQ_PUBLIC_URL may not carry credentials")
+        return value.rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -51,6 +51,11 @@ class QueueNotFound(QueueError):
 class QueueAlreadyExists(QueueError):
     """A queue with this name already exists with different attributes."""
 
+    def __init__(self, detail: str | None = None, differing: tuple[str, ...] = ()) -> None:
+        super().__init__(detail)
+        self.differing = differing
+        """The attributes (QueueAttributes' names) whose values differ."""
+
 
 class LeaseLost(QueueError):
     """The lease is lost: the message was deleted or claimed again by another receive."""

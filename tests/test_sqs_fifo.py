@@ -75,8 +75,8 @@ async def test_fifo_queue_attributes(sqs: Any, served: tuple[str, Any]) -> None:
     assert (await run(sqs.get_queue_url, QueueName="orders.fifo"))["QueueUrl"] == url
     assert await refused(sqs.create_queue, QueueName="orders.fifo", Attributes={
         "FifoQueue": "true", "ContentBasedDeduplication": "true",
-    }) == ("QueueAlreadyExists", "A queue already exists with the same name (orders.fifo) "
-           "and a different value for an attribute.")
+    }) == ("QueueAlreadyExists", "A queue already exists with the same name and a different "
+           "value for attribute ContentBasedDeduplication")
 
     attributes = (await run(sqs.get_queue_attributes, QueueUrl=url,
                             AttributeNames=["All"]))["Attributes"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from typing import Any
 
 from app.db.connector import Connector, ConstraintViolation, Row, Session
@@ -27,6 +28,13 @@ from app.queue.waiting import WaitHub
 
 QUEUE_CACHE_LISTENING = 60.0
 """Seconds a cached queue lives while changes are announced (a safety net only)."""
+
+SQS_SETTINGS = ("policy", "kms_master_key_id", "kms_data_key_reuse_period", "sqs_managed_sse")
+"""The SQS door's settings: stored and returned, applied to nothing, so they are
+kept here rather than among the rules of attributes.py."""
+KMS_DATA_KEY_REUSE_PERIOD = (60, 86400)
+"""Seconds SQS may reuse a KMS data key: its bounds (the column's CHECK)."""
+
 
 def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
     low, high = bounds
@@ -59,10 +67,45 @@ def _queue_from_row(row: Row) -> Queue:
             content_based_deduplication=row["content_based_deduplication"],
             deduplication_scope=row["deduplication_scope"],
             fifo_throughput_limit=row["fifo_throughput_limit"],
+            policy=row["policy"],
+            kms_master_key_id=row["kms_master_key_id"],
+            kms_data_key_reuse_period=row["kms_data_key_reuse_period"],
+            sqs_managed_sse=row["sqs_managed_sse"],
         ),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         dead_letter_queue_id=row["dead_letter_queue_id"],
+    )
+
+
+def _merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttributes:
+    """attributes.merge, and the SQS settings it does not know (None removes the
+    policy or the KMS key)."""
+    settings = {k: v for k, v in changes.items() if k in SQS_SETTINGS}
+    merged = attributes.merge(
+        current, {k: v for k, v in changes.items() if k not in SQS_SETTINGS}
+    )
+    if settings.get("kms_data_key_reuse_period") is not None:
+        check_range(
+            "kms_data_key_reuse_period", settings["kms_data_key_reuse_period"],
+            KMS_DATA_KEY_REUSE_PERIOD,
+        )
+    for name in ("kms_data_key_reuse_period", "sqs_managed_sse"):
+        if name in settings and settings[name] is None:
+            del settings[name]  # not removable: None is "not given"
+    return replace(merged, **settings)
+
+
+async def _sql_values(
+    session: Session, name: str, wanted: QueueAttributes
+) -> dict[str, Any]:
+    values = await attributes.sql_values(session, name, wanted)
+    return {**values, **{k: getattr(wanted, k) for k in SQS_SETTINGS}}
+
+
+def _differing(current: QueueAttributes, wanted: QueueAttributes) -> tuple[str, ...]:
+    return tuple(
+        f.name for f in fields(current) if getattr(current, f.name) != getattr(wanted, f.name)
     )
 
 
@@ -133,16 +176,24 @@ class QueueCatalog:
     # -- queues -------------------------------------------------------------
 
     async def create_queue(
-        self, name: str, changes: dict[str, Any], tags: dict[str, str] | None = None
+        self,
+        name: str,
+        changes: dict[str, Any],
+        tags: dict[str, str] | None = None,
+        *,
+        given_only: bool = False,
     ) -> tuple[Queue, bool]:
         """Create a queue; (queue, created). Same name and attributes is not an error (SQS).
-        `tags` are given to a queue this creates (an existing one keeps its own, as SQS)."""
+        `tags` are given to a queue this creates (an existing one keeps its own, as SQS).
+        An existing queue must have every attribute as `changes` would make a new one;
+        with `given_only`, only those `changes` names (SQS's CreateQueue: attributes
+        left out are not compared)."""
         if not limits.is_queue_name(name):
             raise InvalidParameter(
                 "Queue names are 1-80 letters, digits, '-' or '_'; a FIFO queue's end in "
                 "'.fifo' (and only a FIFO queue's)."
             )
-        wanted = attributes.merge(None, changes)
+        wanted = _merge(None, changes)
         if wanted.fifo != name.endswith(limits.FIFO_SUFFIX):
             raise InvalidParameter(
                 f"A FIFO queue's name must end in {limits.FIFO_SUFFIX!r}." if wanted.fifo
@@ -151,16 +202,19 @@ class QueueCatalog:
             )
         _check_tags(tags or {})
         async with self._db.transaction() as session:
-            values = await attributes.sql_values(session, name, wanted)
+            values = await _sql_values(session, name, wanted)
             row = await session.fetchrow(
                 Q.create_queue, {"name": name, "tags": json.dumps(tags or {}), **values}
             )
             if row is not None:
                 return _queue_from_row(row), True
             existing = await self.lookup(session, name)
-        if existing.attributes != wanted:
+        if given_only:
+            wanted = _merge(existing.attributes, changes)
+        differing = _differing(existing.attributes, wanted)
+        if differing:
             raise QueueAlreadyExists(
-                f"Queue {name!r} already exists with different attributes."
+                f"Queue {name!r} already exists with different attributes.", differing
             )
         return existing, False
 
@@ -190,6 +244,14 @@ class QueueCatalog:
 
     async def update_queue(self, name: str, changes: dict[str, Any]) -> Queue:
         """Change some attributes; None removes a removable one (see attributes.py)."""
+        return await self.edit_queue(name, lambda _: changes)
+
+    async def edit_queue(
+        self, name: str, edit: Callable[[QueueAttributes], dict[str, Any]]
+    ) -> Queue:
+        """update_queue with the changes `edit` makes of the current attributes, read
+        under the queue's lock: an edit of a value (SQS's AddPermission of the policy)
+        loses no concurrent one."""
         if not limits.is_queue_name(name):
             raise _not_found(name)
         async with self._db.transaction() as session:
@@ -198,8 +260,8 @@ class QueueCatalog:
             if row is None:
                 raise _not_found(name)
             current = _queue_from_row(row)
-            wanted = attributes.merge(current.attributes, changes)
-            values = await attributes.sql_values(session, name, wanted)
+            wanted = _merge(current.attributes, edit(current.attributes))
+            values = await _sql_values(session, name, wanted)
             (row,) = await session.fetch(Q.update_queue, {"id": current.id, **values})
             if wanted.fifo and wanted.delay < current.attributes.delay:
                 # A FIFO queue's delay counts from each message's sending: a

@@ -35,6 +35,7 @@ class Outgoing(NamedTuple):
     sender_id: str | None
     delay: int
     not_before: datetime | None
+    trace_header: str | None = None  # SQS's AWSTraceHeader (NULL for nearly every message)
 
 
 class Handle(NamedTuple):
@@ -141,11 +142,12 @@ def _send_params(key: SendKey, flat: list[Outgoing]) -> Mapping[str, Any]:
         "sender_ids": [m.sender_id for m in flat],
         "delays": [m.delay for m in flat],
         "not_befores": [m.not_before for m in flat],
+        "trace_headers": [m.trace_header for m in flat],
     }
 
 
 def _send_weight(items: list[Outgoing] | list[FifoOutgoing]) -> int:
-    return sum(len(m.body) + len(m.attributes) + 64 for m in items)
+    return sum(len(m.body) + len(m.attributes) + len(m.trace_header or "") + 64 for m in items)
 
 
 SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
@@ -260,6 +262,7 @@ class FifoOutgoing(NamedTuple):
     group_id: str
     scope: str  # "" when deduplication is per queue, else the group
     deduplication_id: str
+    trace_header: str | None = None
 
 
 FifoSendKey = tuple[int, int]  # queue id, the queue's delay
@@ -294,6 +297,7 @@ def _fifo_send_params(key: FifoSendKey, flat: list[FifoOutgoing]) -> Mapping[str
         "group_ids": [m.group_id for m in unique],
         "scopes": [m.scope for m in unique],
         "deduplication_ids": [m.deduplication_id for m in unique],
+        "trace_headers": [m.trace_header for m in unique],
     }
 
 

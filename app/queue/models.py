@@ -35,6 +35,12 @@ class QueueAttributes:
     content_based_deduplication: bool = False
     deduplication_scope: str = "queue"  # or "message_group"
     fifo_throughput_limit: str = "per_queue"  # or "per_message_group_id"
+    # The SQS door's settings, stored and returned as given and applied to
+    # nothing: the queue policy (SQS's JSON text) and the encryption settings.
+    policy: str | None = None
+    kms_master_key_id: str | None = None
+    kms_data_key_reuse_period: int = 300
+    sqs_managed_sse: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class OutgoingMessage:
     sender_id: str | None = None
     group_id: str | None = None  # FIFO: required there, refused elsewhere
     deduplication_id: str | None = None  # FIFO: else the body's SHA-256, if the queue says so
+    # SQS's AWSTraceHeader system attribute: kept and given back, never counted in the size.
+    trace_header: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ class ReceivedMessage:
     group_id: str | None = None  # FIFO queues
     sequence_number: str | None = None
     deduplication_id: str | None = None
+    trace_header: str | None = None  # SQS's AWSTraceHeader, when the sender set one
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,14 @@ WITH created AS (
                         max_message_bytes, dead_letter_queue_id, max_receive_count,
                         retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
                         fifo, content_based_deduplication, deduplication_scope,
-                        fifo_throughput_limit)
+                        fifo_throughput_limit, policy, kms_master_key_id,
+                        kms_data_key_reuse_period, sqs_managed_sse)
     VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
             :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
             CAST(:tags AS jsonb), :fifo, :content_based_deduplication, :deduplication_scope,
-            :fifo_throughput_limit)
+            :fifo_throughput_limit, :policy, :kms_master_key_id, :kms_data_key_reuse_period,
+            :sqs_managed_sse)
     ON CONFLICT (name) DO NOTHING
     RETURNING *
 )
@@ -36,6 +38,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM created AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
@@ -46,6 +49,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -57,6 +61,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -74,6 +79,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM queues AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
@@ -99,6 +105,10 @@ WITH updated AS (
         content_based_deduplication = :content_based_deduplication,
         deduplication_scope  = :deduplication_scope,
         fifo_throughput_limit = :fifo_throughput_limit,
+        policy               = :policy,
+        kms_master_key_id    = :kms_master_key_id,
+        kms_data_key_reuse_period = :kms_data_key_reuse_period,
+        sqs_managed_sse      = :sqs_managed_sse,
         updated_at           = statement_timestamp()
     WHERE id = :id
     RETURNING *
@@ -107,6 +117,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
        q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM updated AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
@@ -163,9 +174,10 @@ WHERE queue_id = :queue_id
 -- clock at this statement (between now and the end of retention); the
 -- deadline is still statement_timestamp() plus an interval.
 WITH sent AS (
-    INSERT INTO messages (queue_id, body, attributes, attribute_types, sender_id, visible_at)
+    INSERT INTO messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
+                          visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
-           m.sender_id,
+           m.sender_id, m.trace_header,
            statement_timestamp() + CASE
                WHEN m.not_before IS NULL THEN m.delay * interval '1 second'
                ELSE greatest(interval '0',
@@ -174,9 +186,10 @@ WITH sent AS (
            END
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
                 CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
-                CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]))
+                CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]),
+                CAST(:trace_headers AS text[]))
          WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, delay, not_before,
-                              ord)
+                              trace_header, ord)
     ORDER BY m.ord
     RETURNING id, message_id, sent_at,
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
@@ -247,7 +260,7 @@ claimed AS (
            OR c.receive_count < CAST(:max_receive_count AS integer))
     RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
               CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-              m.receive_count, m.claim_token, m.fencing_token,
+              m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
               CAST(m.checkpoint AS text) AS checkpoint
 )
@@ -399,17 +412,20 @@ LIMIT :limit;
 -- name: create_redrive_task
 -- Starts moving a dead-letter queue's messages back; fails on the unique index
 -- when a task for that queue is already running.
-INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, max_per_second,
-                           to_move_at_start)
-SELECT :source_queue_id, :destination_queue_id, :max_per_second, count(*)
+INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, destination_name,
+                           max_per_second, to_move_at_start)
+SELECT :source_queue_id, :destination_queue_id,
+       (SELECT name FROM queues WHERE id = :destination_queue_id), :max_per_second, count(*)
 FROM messages
 WHERE queue_id = :source_queue_id
 RETURNING id;
 
 -- name: get_redrive_task
--- A task with its queues' names and what is left to move, counted live.
+-- A task with its queues' names (a deleted destination's as it was) and what is
+-- left to move, counted live.
 SELECT t.id, t.status, t.moved, t.to_move_at_start, t.max_per_second, t.failure,
-       t.created_at, t.updated_at, source.name AS source, destination.name AS destination,
+       t.created_at, t.updated_at, source.name AS source,
+       coalesce(destination.name, t.destination_name) AS destination,
        (SELECT count(*) FROM messages AS m
         WHERE m.queue_id = t.source_queue_id
           AND coalesce(t.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
@@ -453,7 +469,8 @@ RETURNING id, max_per_second;
 -- whole batch, so nothing is lost or duplicated. Messages being inspected
 -- (in flight) wait for a later batch; ones with nowhere to go stay. A FIFO
 -- message goes to the end of its group there, with a new sequence number
--- taken once the group's row is locked (as a send takes it).
+-- taken once the group's row is locked (as a send takes it). A task whose
+-- destination queue was deleted moves nothing more: it fails, as SQS's does.
 WITH task AS (
     SELECT * FROM redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
 ),
@@ -464,6 +481,8 @@ batch AS (
     WHERE m.queue_id = task.source_queue_id
       AND m.visible_at <= statement_timestamp()
       AND coalesce(task.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
+      -- started with a destination: none once it is deleted
+      AND (task.destination_queue_id IS NOT NULL OR task.destination_name IS NULL)
     ORDER BY m.id
     LIMIT :batch
     FOR UPDATE OF m SKIP LOCKED
@@ -501,8 +520,13 @@ counted AS (
     SET moved = t.moved + (SELECT count(*) FROM moved),
         updated_at = statement_timestamp(),
         runner_until = statement_timestamp() + CAST(:hold AS integer) * interval '1 second',
-        status = CASE WHEN (SELECT count(*) FROM batch) < :batch THEN 'completed'
-                      ELSE t.status END
+        status = CASE WHEN task.destination_name IS NOT NULL
+                           AND task.destination_queue_id IS NULL THEN 'failed'
+                      WHEN (SELECT count(*) FROM batch) < :batch THEN 'completed'
+                      ELSE t.status END,
+        failure = CASE WHEN task.destination_name IS NOT NULL
+                            AND task.destination_queue_id IS NULL
+                       THEN 'AWS.SimpleQueueService.NonExistentQueue' ELSE t.failure END
     FROM task
     WHERE t.id = task.id
     RETURNING t.status
@@ -567,9 +591,9 @@ WITH input AS MATERIALIZED (
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
                 CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
                 CAST(:group_ids AS text[]), CAST(:scopes AS text[]),
-                CAST(:deduplication_ids AS text[]))
+                CAST(:deduplication_ids AS text[]), CAST(:trace_headers AS text[]))
          WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, group_id, scope,
-                              deduplication_id, ord)
+                              deduplication_id, trace_header, ord)
 ),
 grouped AS (
     INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
@@ -606,10 +630,10 @@ accepted AS (
 ),
 sent AS (
     INSERT INTO messages (queue_id, message_id, body, attributes, attribute_types, sender_id,
-                          group_id, sequence_number, deduplication_id, visible_at)
+                          group_id, sequence_number, deduplication_id, trace_header, visible_at)
     SELECT :queue_id, n.message_id, n.body, CAST(n.attributes AS jsonb),
            CAST(n.attribute_types AS jsonb), n.sender_id, n.group_id, n.sequence_number,
-           n.deduplication_id, statement_timestamp()
+           n.deduplication_id, n.trace_header, statement_timestamp()
     FROM numbered AS n
     JOIN accepted AS a ON a.message_id = n.message_id
     ORDER BY n.ord
@@ -771,7 +795,7 @@ claimed AS (
            OR w.receive_count < CAST(:max_receive_count AS integer))
     RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
               CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-              m.receive_count, m.claim_token, m.fencing_token,
+              m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
               CAST(m.checkpoint AS text) AS checkpoint,
               m.group_id, m.sequence_number, m.deduplication_id, w.receiver, w.group_rank
@@ -985,7 +1009,7 @@ WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
   AND m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id AND m.leased
 RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
           CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-          m.receive_count, m.claim_token, m.fencing_token,
+          m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
           m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
           CAST(m.checkpoint AS text) AS checkpoint,
           m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout;

@@ -145,21 +145,36 @@ class Redrives:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=scan_seconds)
 
+    async def _batch(self, task_id: uuid.UUID, size: int) -> Row:
+        async with self._db.transaction() as session:
+            (row,) = await session.fetch(
+                Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}
+            )
+            for queue_id in row["destinations"] or ():
+                await session.fetch(Q.notify_ready, {
+                    "queue_id": queue_id, "ready": min(row["moved"], BATCH), "due_in": None,
+                })
+        return row
+
     async def _take(self) -> tuple[uuid.UUID, int | None] | None:
         rows = await self._db.fetch(Q.take_redrive_task, {"hold": self._hold})
         return None if not rows else (rows[0]["id"], rows[0]["max_per_second"])
 
     async def _run(self, task_id: uuid.UUID, max_per_second: int | None) -> None:
         size = BATCH if max_per_second is None else min(BATCH, max_per_second)
+        retried = False
         while True:
-            async with self._db.transaction() as session:
-                (row,) = await session.fetch(
-                    Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}
-                )
-                for queue_id in row["destinations"] or ():
-                    await session.fetch(Q.notify_ready, {
-                        "queue_id": queue_id, "ready": min(row["moved"], BATCH), "due_in": None,
-                    })
+            try:
+                row = await self._batch(task_id, size)
+            except ConstraintViolation:
+                # A destination deleted under the batch: it rolled back whole, and
+                # the next one finds the queue gone (and fails the task). Twice in a
+                # row is something else.
+                if retried:
+                    raise
+                retried = True
+                continue
+            retried = False
             if row["status"] != "running":  # completed, cancelled (None), or taken over
                 return
             if max_per_second is not None:

@@ -64,7 +64,8 @@ PEEK_BODY_CHARS = 1024
 
 def message_size(message: OutgoingMessage) -> int:
     """Bytes counted against max_message_bytes: the body and the attributes, as SQS
-    (typed ones count their data type too; flat REST ones their name and value)."""
+    (typed ones count their data type too; flat REST ones their name and value).
+    A trace header is not counted: SQS leaves system attributes out of the size."""
     size = len(message.body.encode("utf-8"))
     if message.typed_attributes is not None:
         return size + sum(typed.size(k, v) for k, v in message.typed_attributes.items())
@@ -266,6 +267,7 @@ class QueueService:
                 if flat or types is not None else {}
             ),
             sender_id=row["sender_id"],
+            trace_header=row["trace_header"],
             receipt_handle=self._signer.encode(
                 Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
             ),
@@ -672,6 +674,7 @@ def _standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) ->
         sender_id=message.sender_id,
         delay=attributes.delay if message.delay is None else message.delay,
         not_before=message.not_before,
+        trace_header=message.trace_header,
     )
 
 
@@ -712,6 +715,7 @@ def _fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Fif
         group_id=group,
         scope=group if attributes.deduplication_scope == "message_group" else "",
         deduplication_id=deduplication_id,
+        trace_header=message.trace_header,
     )
 
 

@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.sqs.attributes import (
+    add_permission,
     get_queue_attributes,
     list_queue_tags,
-    permissions,
+    remove_permission,
     set_queue_attributes,
     tag_queue,
     untag_queue,
@@ -68,8 +69,8 @@ ACTIONS: dict[str, Action] = {
     "StartMessageMoveTask": start_message_move_task,
     "ListMessageMoveTasks": list_message_move_tasks,
     "CancelMessageMoveTask": cancel_message_move_task,
-    "AddPermission": permissions,
-    "RemovePermission": permissions,
+    "AddPermission": add_permission,
+    "RemovePermission": remove_permission,
 }
 
 # The scope action each SQS action needs on its queue (app/auth/scopes.py).

@@ -9,10 +9,12 @@ from typing import Any
 
 from app.errors import InvalidRedrivePolicy, QueueError
 from app.queue import limits
-from app.queue.models import Queue, QueueStats
+from app.queue.catalog import KMS_DATA_KEY_REUSE_PERIOD
+from app.queue.models import Queue, QueueAttributes, QueueStats
 from app.sqs.context import (
     Context,
     is_fifo_name,
+    param_required,
     param_str_list,
     param_str_map,
     queue_of,
@@ -46,11 +48,32 @@ FIFO_ONLY = {
     "FifoThroughputLimit": "fifo_throughput_limit",
 }
 FIFO_ATTRIBUTES = ("FifoQueue", *FIFO_ONLY)
-ALL_QUEUE_ATTRIBUTES = (*READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ATTRIBUTES)
+# Stored and returned as given, applied to nothing (docs/sqs.md): SQS's name -> the
+# engine's.
+SETTINGS = {
+    "Policy": "policy",
+    "KmsMasterKeyId": "kms_master_key_id",
+    "KmsDataKeyReusePeriodSeconds": "kms_data_key_reuse_period",
+    "SqsManagedSseEnabled": "sqs_managed_sse",
+}
+ALL_QUEUE_ATTRIBUTES = (
+    *READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ATTRIBUTES, *SETTINGS,
+)
 # Named by SQS, not supported here: never set; a Get leaves them out (as unset).
-NOT_SUPPORTED = (
-    "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
-    "RedriveAllowPolicy",
+NOT_SUPPORTED = ("RedriveAllowPolicy",)
+# The engine's attributes behind each SQS one, to name the one a CreateQueue
+# differs in.
+ENGINE_NAMES = {
+    **{sqs: (ours,) for sqs, ours in (*QUEUE_NUMBERS.items(), *FIFO_ONLY.items(),
+                                      *SETTINGS.items())},
+    "RedrivePolicy": ("dead_letter_queue", "max_receive_count"),
+}
+KMS_KEY_ID_CHARS = 2048  # KMS's longest key id, ARN or alias
+POLICY_BYTES = 8192  # SQS's quota on a queue policy
+POLICY_STATEMENTS = 20  # and on its statements
+TWO_ENCRYPTIONS = (
+    "You can use one type of server-side encryption (SSE) at one time. You can either "
+    "enable KMS SSE or SQS SSE."
 )
 
 
@@ -120,15 +143,81 @@ def queue_changes(
                     else f"You can specify the {name} only when FifoQueue is set to true.",
                 )
             changes[FIFO_ONLY[name]] = _fifo_only(name, value)
-        elif name == "SqsManagedSseEnabled" and value.lower() == "false":
-            continue  # what every queue here is
+        elif name in SETTINGS:
+            changes[SETTINGS[name]] = _setting(name, value)
         elif name in NOT_SUPPORTED:
             raise SqsError(
                 "InvalidAttributeName", f"The attribute {name} is not supported by leaseq yet."
             )
         else:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
+    _one_encryption(changes)
     return changes
+
+
+def _invalid(name: str) -> SqsError:
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+
+
+def _setting(name: str, value: str) -> Any:
+    """A stored setting's engine value; "" removes the policy or the KMS key (SQS)."""
+    if name == "SqsManagedSseEnabled":
+        return _boolean(name, value)
+    if name == "KmsDataKeyReusePeriodSeconds":
+        low, high = KMS_DATA_KEY_REUSE_PERIOD
+        if not re.fullmatch(r"[0-9]{1,10}", value.strip()) or not low <= int(value) <= high:
+            raise _invalid(name)
+        return int(value)
+    if not value.strip():
+        return None
+    # PostgreSQL's text refuses NUL and lone surrogates: refused here, not as a 500.
+    if limits.NOT_TEXT_CHAR.search(value):
+        raise _invalid(name)
+    if name == "KmsMasterKeyId":
+        if len(value) > KMS_KEY_ID_CHARS:
+            raise _invalid(name)
+        return value
+    check_policy(value)
+    return value  # as given: a Get returns the very text
+
+
+def check_policy(text: str) -> None:
+    """A policy SQS would take: a JSON object of 1 to 20 statements, each allowing or
+    denying. Checked, not interpreted: nothing here enforces it."""
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        policy = None
+    statements = policy.get("Statement") if isinstance(policy, dict) else None
+    if isinstance(statements, dict):
+        statements = [statements]
+    if (
+        len(text.encode()) > POLICY_BYTES
+        or not isinstance(statements, list)
+        or not statements
+        or not all(isinstance(s, dict) and s.get("Effect") in ("Allow", "Deny")
+                   for s in statements)
+    ):
+        raise _invalid("Policy")
+    if len(statements) > POLICY_STATEMENTS:
+        raise SqsError(
+            "OverLimit",
+            f"{len(statements)} statements were found in the submitted policy, max allowed "
+            f"is {POLICY_STATEMENTS}",
+        )
+
+
+def _one_encryption(changes: dict[str, Any]) -> None:
+    """SQS's rule: a queue is encrypted by SQS's own keys or by a KMS key, not both;
+    choosing one turns the other off."""
+    key = changes.get("kms_master_key_id")
+    sqs_managed = changes.get("sqs_managed_sse")
+    if key is not None and sqs_managed:
+        raise SqsError("InvalidAttributeName", TWO_ENCRYPTIONS)
+    if key is not None:
+        changes["sqs_managed_sse"] = False
+    elif sqs_managed:
+        changes["kms_master_key_id"] = None
 
 
 def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
@@ -185,7 +274,14 @@ def queue_attributes(ctx: Context, queue: Queue, stats: QueueStats) -> dict[str,
         "LastModifiedTimestamp": str(int(queue.updated_at.timestamp())),
         "QueueArn": ctx.arn(queue.name),
         **{sqs: str(getattr(attrs, ours)) for sqs, ours in QUEUE_NUMBERS.items()},
+        "SqsManagedSseEnabled": "true" if attrs.sqs_managed_sse else "false",
     }
+    # What SQS returns only once set.
+    if attrs.policy is not None:
+        values["Policy"] = attrs.policy
+    if attrs.kms_master_key_id is not None:
+        values["KmsMasterKeyId"] = attrs.kms_master_key_id
+        values["KmsDataKeyReusePeriodSeconds"] = str(attrs.kms_data_key_reuse_period)
     if attrs.fifo:
         values.update({
             "FifoQueue": "true",
@@ -277,5 +373,132 @@ async def list_queue_tags(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     return {"Tags": tags} if tags else {}
 
 
-async def permissions(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    raise SqsError("UnsupportedOperation", "Queue permissions are not supported by leaseq yet.")
+# AddPermission: what another account may be let do (SQS's list), and what only the
+# queue's owner may ever do. The policy it writes is stored, not enforced (docs/sqs.md).
+GRANTABLE = (
+    "*", "ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl",
+    "ListDeadLetterSourceQueues", "PurgeQueue", "ReceiveMessage", "SendMessage",
+)
+OWNER_ONLY = (
+    "AddPermission", "CancelMessageMoveTask", "CreateQueue", "DeleteQueue",
+    "ListMessageMoveTasks", "ListQueues", "ListQueueTags", "RemovePermission",
+    "SetQueueAttributes", "StartMessageMoveTask", "TagQueue", "UntagQueue",
+)
+PERMISSION_ACTIONS = 7  # SQS's most actions in one AddPermission
+LABEL = re.compile(r"[A-Za-z0-9_-]{1,80}")
+ACCOUNT_ID = re.compile(r"[0-9]{12}")
+
+
+def _label(params: dict[str, Any]) -> str:
+    label = param_required(params, "Label")
+    if not LABEL.fullmatch(label):
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {label[:100]} for parameter Label is invalid. Reason: Can only include "
+            "alphanumeric characters, hyphens, or underscores. 1 to 80 in length.",
+        )
+    return label
+
+
+def _granted(params: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """AddPermission's (account ids, actions), checked in SQS's order. The Query
+    protocol names them AWSAccountId.N and ActionName.N."""
+    actions = param_str_list(params, "Actions") or param_str_list(params, "ActionName")
+    accounts = param_str_list(params, "AWSAccountIds") or param_str_list(params, "AWSAccountId")
+    if not actions:
+        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+    for account in accounts or [""]:
+        if not ACCOUNT_ID.fullmatch(account):
+            shown = f"[{account[:20]}]" if account else "[]"
+            raise SqsError(
+                "InvalidParameterValue",
+                f"Value {shown} for parameter PrincipalId is invalid. Reason: Unable to verify.",
+            )
+    if len(actions) > PERMISSION_ACTIONS:
+        raise SqsError(
+            "OverLimit",
+            f"{len(actions)} Actions were found, maximum allowed is {PERMISSION_ACTIONS}.",
+        )
+    for action in actions:
+        if action in OWNER_ONLY:
+            reason = "Only the queue owner is allowed to invoke this action."
+        elif action not in GRANTABLE:
+            reason = "Please refer to the appropriate WSDL for a list of valid actions."
+        else:
+            continue
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value SQS:{action[:100]} for parameter ActionName is invalid. Reason: {reason}",
+        )
+    return accounts, actions
+
+
+def _one_or_many(values: list[str]) -> str | list[str]:
+    # How SQS writes a statement's principals and actions: one alone, not in a list.
+    return values[0] if len(values) == 1 else values
+
+
+def _statements(policy: str | None) -> tuple[dict[str, Any], list[Any]]:
+    """The queue's policy document ({} when it has none) and its statements as a
+    list (a policy may give a single one as an object)."""
+    if policy is None:
+        return {}, []
+    document = json.loads(policy)  # checked by check_policy when it was set
+    statements = document.get("Statement", [])
+    return document, statements if isinstance(statements, list) else [statements]
+
+
+def _policy_text(document: dict[str, Any]) -> str:
+    # Compact, as SQS writes the policies it makes; the rest of the text as it was.
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
+async def add_permission(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    label = _label(params)
+    accounts, actions = _granted(params)
+    statement = {
+        "Sid": label,
+        "Effect": "Allow",
+        "Principal": {"AWS": _one_or_many([f"arn:aws:iam::{a}:root" for a in accounts])},
+        "Action": _one_or_many([f"SQS:{a}" for a in actions]),
+        "Resource": ctx.arn(name),
+    }
+
+    def add(current: QueueAttributes) -> dict[str, Any]:
+        document, statements = _statements(current.policy)
+        if any(isinstance(s, dict) and s.get("Sid") == label for s in statements):
+            raise SqsError(
+                "InvalidParameterValue",
+                f"Value {label} for parameter Label is invalid. Reason: Already exists.",
+            )
+        if not document:
+            document = {"Version": "2012-10-17", "Id": f"{ctx.arn(name)}/SQSDefaultPolicy"}
+        policy = _policy_text({**document, "Statement": [*statements, statement]})
+        check_policy(policy)  # SQS's quotas hold for the policy it writes too
+        return {"policy": policy}
+
+    await ctx.service.queues.edit_queue(name, add)
+    return {}
+
+
+async def remove_permission(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    name = queue_of(ctx, params)
+    label = param_required(params, "Label")
+
+    def remove(current: QueueAttributes) -> dict[str, Any]:
+        document, statements = _statements(current.policy)
+        kept = [s for s in statements if not (isinstance(s, dict) and s.get("Sid") == label)]
+        if len(kept) == len(statements):
+            raise SqsError(
+                "InvalidParameterValue",
+                f"Value {label[:100]} for parameter Label is invalid. Reason: can't find label "
+                "on existing policy.",
+            )
+        # The last statement gone, so is the policy (a Get leaves it out).
+        if not kept:
+            return {"policy": None}
+        return {"policy": _policy_text({**document, "Statement": kept})}
+
+    await ctx.service.queues.edit_queue(name, remove)
+    return {}

@@ -20,7 +20,7 @@ from app.sqs.errors import NO_QUEUE, SqsError
 class Context:
     service: QueueService
     redrives: Redrives
-    base_url: str  # scheme://host[:port], from the request
+    base_url: str  # LEASEQ_PUBLIC_URL, else scheme://host[:port] of the request
     account: str
     region: str
     sender_id: str
@@ -30,6 +30,8 @@ class Context:
     need: str = "admin"  # the scope action this request's action needs (SCOPES)
 
     def queue_url(self, name: str) -> str:
+        """A queue's URL, the one form every action answers with (CreateQueue,
+        GetQueueUrl, ListQueues, ListDeadLetterSourceQueues)."""
         return f"{self.base_url}/{self.account}/{name}"
 
     def arn(self, name: str) -> str:
@@ -119,16 +121,19 @@ def queue_of(ctx: Context, params: dict[str, Any]) -> str:
             ctx.principal.require(ctx.need, ctx.path_queue)
             return ctx.path_queue
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
-    name = name_of_queue_url(url, ctx.account)
+    # A public base URL with a path (`https://q.example.com/sqs`) puts that path in
+    # front of the queue URLs handed out: they name their queue too.
+    name = name_of_queue_url(url, ctx.account, prefix=urlsplit(ctx.base_url).path)
     ctx.principal.require(ctx.need, name)
     return name
 
 
-def name_of_queue_url(url: str, account: str) -> str:
+def name_of_queue_url(url: str, account: str, prefix: str = "") -> str:
     """The queue a QueueUrl names, whatever its scheme, host, port or region: a
     bare queue name; `/{account}/{name}` (SQS's, ElasticMQ's, LocalStack's URLs);
     LocalStack's path-style `/queue/{region}/{account}/{name}`; ElasticMQ's old
-    `/queue/{name}`. Another account's queue, or anything else, does not exist."""
+    `/queue/{name}`; any of these after `prefix`, the path of the public base URL.
+    Another account's queue, or anything else, does not exist."""
     if limits.is_queue_name(url):  # a bare name: no "/" nor ":" can be in one
         return url
     try:
@@ -136,6 +141,9 @@ def name_of_queue_url(url: str, account: str) -> str:
     except ValueError as exc:  # such as an unclosed "[" of an IPv6 host
         raise SqsError("QueueDoesNotExist", NO_QUEUE) from exc
     parts = [p for p in path.split("/") if p]
+    base = [p for p in prefix.split("/") if p]
+    if base and parts[: len(base)] == base and len(parts) > len(base):
+        parts = parts[len(base):]
     if len(parts) == 4 and parts[0] == "queue":
         parts = parts[2:]
     if len(parts) == 2 and parts[0] == "queue":

@@ -8,6 +8,7 @@ import struct
 from app.queue.models import MessageAttribute
 
 _STRING, _BINARY = 1, 2
+TRACE_HEADER = "AWSTraceHeader"  # the one message system attribute a sender sets
 
 
 def of_body(body: str) -> str:
@@ -34,3 +35,14 @@ def of_attributes(attributes: dict[str, MessageAttribute]) -> str | None:
         else:
             digest.update(bytes([_STRING]) + _field((attribute.string_value or "").encode()))
     return digest.hexdigest()
+
+
+def of_system_attributes(trace_header: str | None) -> str | None:
+    """MD5OfMessageSystemAttributes: the same digest as of_attributes, over the
+    message's system attributes (AWSTraceHeader, the only one a sender sets, of
+    type String). None when there are none."""
+    if trace_header is None:
+        return None
+    return of_attributes(
+        {TRACE_HEADER: MessageAttribute(data_type="String", string_value=trace_header)}
+    )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.errors import InvalidReceiptHandle, LeaseLost, MissingParameter
+from app.errors import InvalidReceiptHandle, LeaseLost, MessageTooLarge, MissingParameter
 from app.queue import limits
 from app.queue.models import EntryError, MessageAttribute, OutgoingMessage, SentMessage
 from app.queue.service import message_size
@@ -37,9 +37,14 @@ SYSTEM_ATTRIBUTES = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     # FIFO queues' messages only.
     "MessageGroupId", "MessageDeduplicationId", "SequenceNumber",
+    # Only on messages sent with one.
+    md5.TRACE_HEADER,
 )
-# Message system attributes of tracing and the like: never present here.
-SYSTEM_NOT_PRESENT = ("AWSTraceHeader", "SqsManagedSseEnabled", "DeadLetterQueueSourceArn")
+# Message system attributes SQS may return that leaseq never has.
+SYSTEM_NOT_PRESENT = ("SqsManagedSseEnabled", "DeadLetterQueueSourceArn")
+# SQS documents no bound on a trace header (nor counts it in the message size):
+# this one is leaseq's, so that the one uncounted field cannot carry a payload.
+TRACE_HEADER_BYTES = 8192
 # SQS's words for what a FIFO queue's messages need.
 NEEDS_GROUP = "The request must contain the parameter MessageGroupId."
 NEEDS_DEDUPLICATION = (
@@ -141,6 +146,47 @@ def _message_attributes(value: Any) -> dict[str, MessageAttribute]:
     return typed
 
 
+def _trace_refused(detail: str) -> SqsError:
+    return SqsError(
+        "InvalidParameterValue",
+        f"The message system attribute '{md5.TRACE_HEADER}' is reserved for AWS X-Ray trace "
+        f"header. {detail}",
+    )
+
+
+def _trace_header(value: Any) -> str | None:
+    """The AWSTraceHeader of a send's MessageSystemAttributes, checked (None: none).
+    It is the only system attribute a sender may set; its type is String."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise SqsError("InvalidParameterValue", "MessageSystemAttributes must be a map.")
+    for name in value:
+        if name != md5.TRACE_HEADER:
+            raise SqsError(
+                "InvalidParameterValue", f"Message system attribute name '{name[:256]}' is invalid."
+            )
+    entry = value[md5.TRACE_HEADER]
+    if not isinstance(entry, dict) or entry.get("DataType") != "String" or (
+        entry.get("BinaryValue") is not None
+    ):
+        raise _trace_refused("The type must be 'String'.")
+    header = entry.get("StringValue")
+    if not isinstance(header, str) or not header:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Message (system) attribute '{md5.TRACE_HEADER}' must contain a non-empty value "
+            f"of type 'String'.",
+        )
+    try:
+        check_text(header, f"the message system attribute '{md5.TRACE_HEADER}'")
+    except SqsError as error:
+        raise SqsError("InvalidParameterValue", error.message) from None  # as for attributes
+    if len(header.encode("utf-8")) > TRACE_HEADER_BYTES:
+        raise _trace_refused(f"It must be at most {TRACE_HEADER_BYTES} bytes long.")
+    return header
+
+
 @dataclass(frozen=True)
 class QueueKind:
     """What a send needs to know of its queue: FIFO or not, and for a FIFO queue
@@ -175,10 +221,7 @@ def _outgoing(ctx: Context, entry: dict[str, Any], kind: QueueKind) -> OutgoingM
     if not body:
         raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
     check_text(body, "the message body")
-    if entry.get("MessageSystemAttributes"):
-        raise SqsError(
-            "InvalidParameterValue", "MessageSystemAttributes are not supported by leaseq yet."
-        )
+    trace_header = _trace_header(entry.get("MessageSystemAttributes"))
     group = _fifo_id(entry, "MessageGroupId")
     deduplication_id = _fifo_id(entry, "MessageDeduplicationId")
     if kind.fifo:
@@ -200,6 +243,7 @@ def _outgoing(ctx: Context, entry: dict[str, Any], kind: QueueKind) -> OutgoingM
             sender_id=ctx.sender_id,
             group_id=group,
             deduplication_id=deduplication_id,
+            trace_header=trace_header,
         )
     if deduplication_id is not None:
         raise SqsError(
@@ -214,6 +258,7 @@ def _outgoing(ctx: Context, entry: dict[str, Any], kind: QueueKind) -> OutgoingM
         delay=param_ranged(entry, "DelaySeconds", *limits.DELAY),
         typed_attributes=_message_attributes(entry.get("MessageAttributes")),
         sender_id=ctx.sender_id,
+        trace_header=trace_header,
     )
 
 
@@ -222,13 +267,25 @@ def _sent(message: OutgoingMessage, sent: SentMessage) -> dict[str, Any]:
     digest = md5.of_attributes(message.typed_attributes or {})
     if digest is not None:
         result["MD5OfMessageAttributes"] = digest
+    system_digest = md5.of_system_attributes(message.trace_header)
+    if system_digest is not None:
+        result["MD5OfMessageSystemAttributes"] = system_digest
     if sent.sequence_number is not None:
         result["SequenceNumber"] = sent.sequence_number
     return result
 
 
-def _send_error(error: Exception) -> SqsError:
+async def _send_error(ctx: Context, name: str, error: Exception) -> SqsError:
     """What SQS answers for a message the engine refused."""
+    if isinstance(error, MessageTooLarge):
+        # SQS names the queue's limit; the engine's words do not. The queue is the
+        # one the engine just checked against (cached: no statement).
+        limit = (await ctx.service.queues.find(name)).attributes.max_message_bytes
+        return SqsError(
+            "InvalidParameterValue",
+            f"One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{limit} bytes.",
+        )
     if isinstance(error, MissingParameter):
         if error.parameter == "group":
             return SqsError("MissingParameter", NEEDS_GROUP)
@@ -242,7 +299,7 @@ async def send_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     message = _outgoing(ctx, params, await _kind(ctx, name))
     (result,) = await ctx.service.send(name, [message])
     if isinstance(result, EntryError):
-        raise _send_error(result.error)
+        raise await _send_error(ctx, name, result.error)
     return _sent(message, result)
 
 
@@ -321,7 +378,7 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
         results = await ctx.service.send(name, [m for _, m in ready])
         for (entry_id, message), result in zip(ready, results, strict=True):
             if isinstance(result, EntryError):
-                failed.append(_failure(entry_id, _send_error(result.error)))
+                failed.append(_failure(entry_id, await _send_error(ctx, name, result.error)))
             else:
                 successful.append({"Id": entry_id, **_sent(message, result)})
     return {"Successful": successful, "Failed": failed}
@@ -397,6 +454,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             "MessageGroupId": message.group_id,  # these three: None on a standard queue
             "MessageDeduplicationId": message.deduplication_id,
             "SequenceNumber": message.sequence_number,
+            md5.TRACE_HEADER: message.trace_header,  # None unless the sender set one
         }
         chosen_system = {
             k: value for k in wanted_system if (value := system_values[k]) is not None

@@ -8,9 +8,15 @@ import binascii
 from typing import Any
 
 from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
-from app.errors import QueueError
+from app.errors import QueueAlreadyExists, QueueError
 from app.queue import limits
-from app.sqs.attributes import attribute_error, check_tags, queue_changes, wants_fifo
+from app.sqs.attributes import (
+    ENGINE_NAMES,
+    attribute_error,
+    check_tags,
+    queue_changes,
+    wants_fifo,
+)
 from app.sqs.context import (
     Context,
     is_fifo_name,
@@ -44,17 +50,29 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
     check_tags(*tags, *tags.values())
     try:
-        await ctx.service.queues.create_queue(name, changes, tags)
+        # SQS compares only the attributes given: an existing queue is returned
+        # when each of them has the value asked for (a default given explicitly
+        # included), whatever the others.
+        await ctx.service.queues.create_queue(name, changes, tags, given_only=True)
+    except QueueAlreadyExists as exc:
+        raise SqsError(
+            "QueueNameExists",
+            "A queue already exists with the same name and a different value for attribute "
+            f"{_differing(given, exc.differing)}",
+        ) from exc
     except QueueError as exc:
-        error = attribute_error(exc)
-        if error.name == "QueueNameExists":
-            error = SqsError(
-                "QueueNameExists",
-                f"A queue already exists with the same name ({name}) and a different value "
-                f"for an attribute.",
-            )
-        raise error from exc
+        raise attribute_error(exc) from exc
     return {"QueueUrl": ctx.queue_url(name)}
+
+
+def _differing(given: dict[str, str], differing: tuple[str, ...]) -> str:
+    """The first attribute given whose value differs from the existing queue's."""
+    for attribute in given:
+        if set(ENGINE_NAMES.get(attribute, ())) & set(differing):
+            return attribute
+    # Each difference comes of an attribute given (FifoQueue's is refused before);
+    # should none map, the first given.
+    return next(iter(given), "")
 
 
 async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

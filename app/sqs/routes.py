@@ -117,7 +117,9 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
         ctx = Context(
             service=request.state.service,
             redrives=request.state.redrives,
-            base_url=request.base_url(),
+            # What clients are told queue URLs are: the configured public base
+            # (a proxy's), else what this request addressed.
+            base_url=settings.public_url or request.base_url(),
             account=settings.sqs_account_id,
             region=settings.sqs_region,
             sender_id=sender,
