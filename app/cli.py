@@ -8,10 +8,12 @@ Server modules are imported inside the commands that need them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -168,7 +170,11 @@ def _serve(args: argparse.Namespace) -> int:
             log.warning("LEASEQ_SECRET is unset: using the secret kept in %s",
                         settings.data_dir)
         settings.master_secret()
-        _run_uvicorn(settings, workers=args.workers)
+        if args.workers > 1:
+            with _shared_metrics():
+                _run_uvicorn(settings, workers=args.workers)
+        else:
+            _run_uvicorn(settings, workers=1)
     except KeyboardInterrupt:
         pass
     finally:
@@ -176,6 +182,22 @@ def _serve(args: argparse.Namespace) -> int:
             log.info("stopping embedded PostgreSQL")
             embedded.stop()
     return 0
+
+
+@contextlib.contextmanager
+def _shared_metrics() -> Iterator[None]:
+    """prometheus_client's multiprocess mode for worker processes: each writes
+    its metrics to files in a fresh folder, and a scrape of any one reads them
+    all (one process's own counters would look like resets to Prometheus)."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="leaseq-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _unsafe_to_serve(

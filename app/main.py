@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -17,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import problems
+from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import health, keys, messages, queues, redrive
 from app.asgi.access import AccessLog
 from app.asgi.lean import LeanApp
@@ -55,16 +55,15 @@ batch of receipt handles, a 64 KiB checkpoint cursor) is far below it."""
 _SEND_PATH = re.compile(r"^/v1/queues/[^/]+/messages$")
 
 
-class LimitBodyAndCount:
-    """Refuses request bodies over a size (413, even when chunked) and counts
-    responses by route and status for /metrics. Sends (REST and the SQS door)
-    may carry a full batch of the largest messages; other routes, a megabyte."""
+class LimitBody:
+    """Refuses request bodies over a size (413, even when chunked). Sends (REST
+    and the SQS door) may carry a full batch of the largest messages; other
+    routes, a megabyte."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, counts: Counter[tuple[str, str, int]]):
+    def __init__(self, app: ASGIApp, max_bytes: int):
         self.app = app
         self.send_bytes = max_bytes
         self.other_bytes = min(max_bytes, SMALL_BODY_BYTES)
-        self.counts = counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -82,7 +81,6 @@ class LimitBodyAndCount:
                     return
                 break
         seen = 0
-        status = 500
         started = False
 
         async def limited_receive() -> Message:
@@ -94,24 +92,18 @@ class LimitBodyAndCount:
                     raise _BodyTooLarge(max_bytes)
             return message
 
-        async def counting_send(message: Message) -> None:
-            nonlocal status, started
+        async def watched_send(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
-                status = message["status"]
                 started = True
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, counting_send)
+            await self.app(scope, limited_receive, watched_send)
         except _BodyTooLarge:
             if started:
                 raise
             await self._too_large(scope, send, max_bytes)
-            return
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.counts[(scope["method"], path, status)] += 1
 
     async def _too_large(self, scope: Scope, send: Send, max_bytes: int) -> None:
         response = problems.problem(
@@ -179,6 +171,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.listener = listener
         app.state.service = service
         app.state.swept = asyncio.Event()
+        app.state.metrics = metrics = Metrics(hub, service.group, QueueGauges(service.gauges))
+        service.events = metrics
         app.state.redrives = redrives = Redrives(
             db, catalog, hold_seconds=settings.redrive_hold_seconds
         )
@@ -197,6 +191,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-vacuum",
             ),
         ]
+        if metrics.multiprocess:
+            background.append(asyncio.create_task(
+                _refresh_metrics_forever(metrics), name="leaseq-metrics"
+            ))
         try:
             yield
         finally:
@@ -228,8 +226,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "tracing": False, "metrics": False, "logs": False, "operation_spans": False,
         },
     )
-    counts: Counter[tuple[str, str, int]] = Counter()
-    app.state.request_counts = counts
     app.state.limiter = limiter = RateLimiter(settings.key_rate)
     problems.install(app)
     problems.install_openapi(app)
@@ -255,9 +251,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         open_paths=_open_paths(settings),
         refuse=_refuse,
     )
-    app.add_middleware(LimitBodyAndCount, max_bytes=settings.request_limit(), counts=counts)
-    # Outside the guard and the size limit: their refusals get an id and a line too.
-    app.add_middleware(AccessLog, enabled=settings.access_log)
+    app.add_middleware(LimitBody, max_bytes=settings.request_limit())
+    # Outside the guard and the size limit: their refusals get an id, a line and
+    # a count too. The metrics exist once the app starts (lifespan).
+    app.add_middleware(
+        AccessLog, enabled=settings.access_log,
+        observe=lambda *answered: app.state.metrics.observe(*answered),
+    )
     if settings.origins():
         app.add_middleware(
             CORSMiddleware,
@@ -268,6 +268,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_age=600,
         )
     return app
+
+
+async def _refresh_metrics_forever(metrics: Metrics) -> None:
+    """With several processes, a scrape reads every process's figures from the
+    shared files: each writes its own there once a second."""
+    while True:
+        metrics.refresh_local()
+        await asyncio.sleep(1.0)
 
 
 def _open_paths(settings: Settings) -> frozenset[str]:

@@ -171,7 +171,7 @@ def _grouping(port: int) -> dict[str, tuple[int, int]]:
                             ("leaseq_grouped_statements_total", 1)):
             if line.startswith(kind + "{"):
                 op = line.split('"')[1]
-                found.setdefault(op, [0, 0])[index] = int(line.split()[-1])
+                found.setdefault(op, [0, 0])[index] = int(float(line.split()[-1]))
     return {op: (values[0], values[1]) for op, values in found.items()}
 
 

@@ -43,7 +43,7 @@ async def parked(control: Http) -> int:
     _, text = await control.raw("GET", "/metrics")
     for row in text.decode().splitlines():
         if row.startswith("leaseq_waiting_receivers "):
-            return int(row.split()[1])
+            return int(float(row.split()[1]))
     raise RuntimeError("no waiter gauge in /metrics")
 
 

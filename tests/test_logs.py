@@ -80,7 +80,7 @@ async def test_every_request_has_an_id_and_one_access_line(
                                headers={"authorization": "Bearer not.a-key-secret"})
         assert sent.status_code == 201
         fresh = sent.headers["x-request-id"]
-        assert len(fresh) == 32  # none given: one made here
+        assert len(fresh) == 36  # none given: one made here (a UUID, as SQS's)
         odd = await http.get("/v1/queues/logged?x=1", headers={"x-request-id": "two words"})
         assert odd.headers["x-request-id"] not in ("two words", fresh)
         missing = await http.get("/v1/queues/nope")

@@ -24,7 +24,7 @@ def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
 def parked_count(metrics: str) -> int:
     for line in metrics.splitlines():
         if line.startswith("leaseq_waiting_receivers "):
-            return int(line.split()[1])
+            return int(float(line.split()[1]))
     raise AssertionError("no leaseq_waiting_receivers in /metrics")
 
 
@@ -92,3 +92,32 @@ def test_uvicorn_workers_serve_and_wake_each_other(
     # max=1 each: four messages, four receivers, one each, none timed out.
     assert sorted(m["body"] for got in results for m in got) == ["0", "1", "2", "3"]
     assert time.monotonic() - start < 15
+
+
+def healthz_count(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith('leaseq_http_requests_total{method="GET",route="/healthz",'
+                           'status="200"}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no count of /healthz in /metrics:\n{metrics}")
+
+
+def test_uvicorn_workers_answer_one_set_of_metrics(
+    services: ServiceProcesses, database_url: str, tmp_path: Path
+) -> None:
+    service = services.start(tmp_path / "m", database_url=database_url,
+                             extra_args=("--workers", "2"))
+    service.wait_healthy()
+    with service.client() as client:
+        before = healthz_count(client.get("/metrics").text)
+        for _ in range(30):
+            assert client.get("/healthz").status_code == 200
+    # New connections each time: the kernel spreads them over both workers, and
+    # each answers the sum of both processes' counts, not its own (which would
+    # look like resets to Prometheus).
+    seen = set()
+    for _ in range(8):
+        with service.client() as fresh:
+            seen.add(healthz_count(fresh.get("/metrics").text))
+    assert seen == {before + 30}
+    assert service.stop() == 0, service.log()

@@ -186,7 +186,7 @@ def install(app: FastAPI) -> None:
 # unknown path, a method the path has not), so no operation lists them.
 FRAMEWORK_CODES: dict[str, int] = {
     "validation_error": 422,  # FastAPI's request validation; unparseable JSON
-    "request_too_large": 413,  # LimitBodyAndCount (app/main.py), on every route
+    "request_too_large": 413,  # LimitBody (app/main.py), on every route
     "internal_error": 500,  # any unexpected exception
     "not_found": 404,
     "method_not_allowed": 405,

@@ -10,6 +10,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,16 +32,21 @@ def _request_id(scope: Scope) -> str:
             if _GIVEN_ID.fullmatch(value):
                 return bytes(value).decode("ascii")
             break
-    return uuid.uuid4().hex
+    return str(uuid.uuid4())
+
+
+Observe = Callable[[str, str, "str | None", int, float], None]
+"""observe(method, route template, SQS action or None, status, seconds): the metrics."""
 
 
 class AccessLog:
-    """Gives every HTTP request an id (`X-Request-Id`, accepted and returned) and,
-    when `enabled`, logs it once answered."""
+    """Gives every HTTP request an id (`X-Request-Id`, accepted and returned),
+    counts it (`observe`) and, when `enabled`, logs it once answered."""
 
-    def __init__(self, app: ASGIApp, enabled: bool) -> None:
+    def __init__(self, app: ASGIApp, enabled: bool, observe: Observe) -> None:
         self.app = app
         self.enabled = enabled
+        self.observe = observe
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,14 +68,17 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            action = scope.get(SQS_ACTION)
+            self.observe(scope["method"], route, action, status, seconds)
             if self.enabled:
-                self._write(scope, status, time.perf_counter() - started, request_id)
+                self._write(scope, route, action, status, seconds, request_id)
 
     @staticmethod
-    def _write(scope: Scope, status: int, seconds: float, request_id: str) -> None:
-        route = getattr(scope.get("route"), "path", None) or "unmatched"
+    def _write(scope: Scope, route: str, action: str | None, status: int, seconds: float,
+               request_id: str) -> None:
         queue = scope.get("path_params", {}).get("queue")
-        action = scope.get(SQS_ACTION)
         latency_ms = round(seconds * 1000, 2)
         where = route if action is None else f"{route} {action}"
         _log.info(

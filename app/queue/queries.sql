@@ -225,7 +225,7 @@ WITH acked AS (
     RETURNING m.id
 ),
 candidates AS (
-    SELECT c.id, c.receive_count
+    SELECT c.id, c.receive_count, c.leased AS lapsed
     FROM messages AS c
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
@@ -262,7 +262,7 @@ claimed AS (
               CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
               m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-              CAST(m.checkpoint AS text) AS checkpoint
+              CAST(m.checkpoint AS text) AS checkpoint, c.lapsed
 )
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id), '{}') FROM acked) AS acked,
@@ -715,7 +715,7 @@ summary AS (
     GROUP BY group_id, hint, unchanged
 ),
 open AS (
-    SELECT r.id, r.group_id, r.receive_count, r.sequence_number,
+    SELECT r.id, r.group_id, r.receive_count, r.sequence_number, r.leased AS lapsed,
            dense_rank() OVER (ORDER BY r.hint, r.group_id) AS group_rank,
            row_number() OVER (PARTITION BY r.group_id ORDER BY r.sequence_number) AS position
     FROM window_rows AS r
@@ -734,7 +734,8 @@ slotted AS (
     FROM open AS o
 ),
 wanted AS (
-    SELECT s.id, s.group_id, s.receive_count, s.sequence_number, s.receiver, s.group_rank
+    SELECT s.id, s.group_id, s.receive_count, s.sequence_number, s.lapsed, s.receiver,
+           s.group_rank
     FROM slotted AS s
     WHERE s.slot <= (CAST(:wants AS integer[]))[s.receiver]
 ),
@@ -798,7 +799,8 @@ claimed AS (
               m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
               m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
               CAST(m.checkpoint AS text) AS checkpoint,
-              m.group_id, m.sequence_number, m.deduplication_id, w.receiver, w.group_rank
+              m.group_id, m.sequence_number, m.deduplication_id, w.lapsed, w.receiver,
+              w.group_rank
 ),
 revoked AS (
     UPDATE messages AS m
@@ -1026,3 +1028,35 @@ SET message_rows       = EXCLUDED.message_rows,
     claim_tokens       = EXCLUDED.claim_tokens,
     visibility_timeout = EXCLUDED.visibility_timeout,
     expires_at         = EXCLUDED.expires_at;
+
+-- name: queue_gauges
+-- Every queue's live counts for /metrics, in one pass over the messages within
+-- retention (queue_stats for all queues at once, in the same states). One row
+-- per queue and dead-letter source: `source` names the queue a dead-lettered
+-- message came from (NULL for the rest), so a dead-letter queue's depth is told
+-- per source; a queue without messages has one row of zeros.
+SELECT q.name, s.name AS source,
+       count(m.id) AS messages,
+       count(m.id) FILTER (WHERE m.visible_at <= statement_timestamp()
+                             AND m.sent_at <= statement_timestamp() - fifo.delay)
+           AS visible,
+       count(m.id) FILTER (WHERE m.visible_at > statement_timestamp() AND m.leased)
+           AS in_flight,
+       count(m.id) FILTER (WHERE NOT m.leased
+                             AND (m.visible_at > statement_timestamp()
+                                  OR m.sent_at > statement_timestamp() - fifo.delay))
+           AS delayed,
+       extract(epoch FROM statement_timestamp()
+                          - min(m.sent_at) FILTER (
+                                WHERE m.visible_at <= statement_timestamp()
+                                  AND m.sent_at <= statement_timestamp() - fifo.delay))
+           AS oldest_visible_age
+FROM queues AS q
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN q.fifo THEN q.delay ELSE 0 END * interval '1 second' AS delay
+) AS fifo
+LEFT JOIN messages AS m
+       ON m.queue_id = q.id
+      AND m.sent_at > statement_timestamp() - q.message_retention * interval '1 second'
+LEFT JOIN queues AS s ON s.id = m.dead_letter_source_id
+GROUP BY q.name, s.name;

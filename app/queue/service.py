@@ -31,6 +31,7 @@ from app.errors import (
 )
 from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
+from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit, Statement, run_in
 from app.queue.grouped import Change, FifoOutgoing, Handle, Outgoing
 from app.queue.models import (
@@ -99,6 +100,8 @@ class QueueService:
         self._hub = hub
         self._signer = signer
         self._background: set[asyncio.Task[Any]] = set()
+        self.events = QueueEvents()
+        """Told each operation's outcome (the metrics replace it)."""
         self.pool_wait_seconds = pool_wait_seconds
         """Longest a visibility change waits for its share of the pool (the
         engine's pool timeout bounds every other wait for a connection)."""
@@ -113,6 +116,10 @@ class QueueService:
 
     async def ping(self) -> None:
         await self._db.ping()
+
+    async def gauges(self) -> list[Row]:
+        """Every queue's depth by state, per dead-letter source (queue_gauges)."""
+        return await self._db.fetch(Q.queue_gauges)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -180,6 +187,7 @@ class QueueService:
                 grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
             )
             self._notify_here(lambda: grouped.send_notice(queue.id, rows))
+            self.events.sent(queue.name, len(rows))
             for index, row in zip(accepted, rows, strict=True):
                 results[index] = SentMessage(
                     message_id=str(row["message_id"]), sent_at=row["sent_at"]
@@ -195,6 +203,7 @@ class QueueService:
             delay = queue.attributes.delay
             rows = await self.group.run(grouped.SEND_FIFO, (queue.id, delay), outgoing)
             self._notify_here(lambda: grouped.fifo_send_notice(queue.id, delay, rows))
+            self.events.sent(queue.name, len(rows))
             for index, row in zip(accepted, rows, strict=True):
                 results[index] = SentMessage(
                     message_id=str(row["message_id"]),
@@ -247,10 +256,21 @@ class QueueService:
                 # receive's own connection (a long poll's look).
                 (share,) = await run_in(session, claim, (queue, visibility_timeout), [[take]])
             acked |= share.acked
+            self._tell_claimed(queue, share.rows, share.dead)
             received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
             if share.dead == 0 or len(received) >= count:
                 break
         return received, acked
+
+    def _tell_claimed(self, queue: Queue, rows: list[Row], dead: int) -> None:
+        if rows:
+            self.events.received(
+                queue.name, len(rows), sum(1 for row in rows if row["lapsed"]),
+                [(row["first_received_at"] - row["sent_at"]).total_seconds()
+                 for row in rows if row["receive_count"] == 1],
+            )
+        if dead:
+            self.events.dead_lettered(queue.name, dead)
 
     def _received(self, queue: Queue, row: Row, visibility_timeout: int) -> ReceivedMessage:
         text = row["attributes"]
@@ -312,6 +332,8 @@ class QueueService:
         if received and gone is not None and gone.is_set():
             await self._give_back_now(name, received)
             return []
+        if not received:
+            self.events.empty_receive(name)
         return received
 
     async def _give_back_now(self, name: str, received: list[ReceivedMessage]) -> None:
@@ -427,7 +449,9 @@ class QueueService:
             visibility_timeout
         )
         received, acked = await self._claim_acking(queue, lease, max_messages, None, acks)
-        return Settled(_acknowledged(receipts, acked), [], received)
+        if not received:
+            self.events.empty_receive(name)
+        return Settled(self._results_told(queue, receipts, acked), [], received)
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]
@@ -443,6 +467,7 @@ class QueueService:
             if isinstance(r, Receipt)
         ]
         changed = await self._change_within_budget(queue, valid) if valid else {}
+        self._tell_changed(queue, valid, changed)
         results: list[Lease | EntryError] = []
         for receipt, (_, visibility_timeout) in zip(receipts, entries, strict=True):
             if isinstance(receipt, InvalidReceiptHandle):
@@ -456,6 +481,14 @@ class QueueService:
             else:
                 results.append(EntryError(LeaseLost()))
         return results
+
+    def _tell_changed(self, queue: Queue, changes: list[Change], changed: dict[int, Row]) -> None:
+        lost = len(changes) - len(changed)
+        released = sum(1 for c in changes if c.visibility_timeout == 0 and c.row in changed)
+        if lost:
+            self.events.lease_lost(queue.name, lost)
+        if released:
+            self.events.released(queue.name, released)
 
     async def _change_within_budget(
         self, queue: Queue, changes: list[Change]
@@ -500,6 +533,7 @@ class QueueService:
                 },
             )
             if row is None:
+                self.events.lease_lost(queue.name, 1)
                 raise LeaseLost()
             if queue.attributes.fifo:
                 await session.execute(
@@ -509,6 +543,7 @@ class QueueService:
             notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
             await session.fetch(*grouped.notify(notice))
         self._notify_here(lambda: notice)
+        self.events.released(queue.name, 1)
         return Released(delay_seconds=waited, visible_at=row["visible_at"])
 
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
@@ -518,7 +553,19 @@ class QueueService:
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
         acknowledge = grouped.DELETE_FIFO if queue.attributes.fifo else grouped.DELETE
         deleted = await self.group.run(acknowledge, queue.id, valid) if valid else set()
-        return _acknowledged(receipts, deleted)
+        return self._results_told(queue, receipts, deleted)
+
+    def _results_told(
+        self, queue: Queue, receipts: list[Receipt | InvalidReceiptHandle],
+        deleted: AbstractSet[int],
+    ) -> list[EntryError | None]:
+        results = _acknowledged(receipts, deleted)
+        if deleted:
+            self.events.deleted(queue.name, len(deleted))
+        lost = sum(1 for r in results if r is not None and isinstance(r.error, LeaseLost))
+        if lost:
+            self.events.lease_lost(queue.name, lost)
+        return results
 
     async def checkpoint(
         self, name: str, handle: str, cursor: Any, visibility_timeout: int | None = None
@@ -543,6 +590,7 @@ class QueueService:
                 },
             )
         if row is None:
+            self.events.lease_lost(queue.name, 1)
             raise LeaseLost()
         return Lease(
             visibility_timeout=visibility_timeout, lease_expires_at=row["lease_expires_at"]

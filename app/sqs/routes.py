@@ -19,6 +19,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope
 
+from app.asgi.access import REQUEST_ID, SQS_ACTION
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import Answer, Call, response_of, serves
 from app.auth.scopes import EVERYONE, Principal
@@ -85,7 +86,9 @@ async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, st
 
 
 async def _handle(request: _Request, path_queue: str | None) -> Answer:
-    request_id = str(uuid.uuid4())
+    # One id for the access line and the SQS answer (x-amzn-requestid, RequestId).
+    request_id = request.scope.get(REQUEST_ID) or str(uuid.uuid4())
+    request.scope[SQS_ACTION] = "unknown"  # until it is one this door serves
     body = request.body
     target = request.headers.get("x-amz-target")
     is_json = target is not None or request.headers.get("content-type", "").startswith(
@@ -112,6 +115,7 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
             )
+        request.scope[SQS_ACTION] = action
         request.state.limiter.take(principal)
         settings: Settings = request.state.settings
         ctx = Context(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ServiceDep
+from app.api.metrics import Metrics
 from app.api.problems import responses
 
 router = APIRouter(tags=["health"])
@@ -24,35 +25,14 @@ async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
     return {"status": "ok", "listening": request.app.state.hub.listening}
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(request: Request) -> str:
-    """Prometheus text format: request counts by route and status, long-poll waiters,
-    and how many statements the grouped requests shared."""
-    counts: dict[tuple[str, str, int], int] = request.app.state.request_counts
-    hub = request.app.state.hub
-    groups = request.app.state.service.group.coalescers()
-    lines = [
-        "# HELP leaseq_waiting_receivers Long-polling receivers waiting now.",
-        "# TYPE leaseq_waiting_receivers gauge",
-        f"leaseq_waiting_receivers {hub.parked()}",
-        "# HELP leaseq_wakeups_total Wake-ups delivered to waiting receivers.",
-        "# TYPE leaseq_wakeups_total counter",
-        f"leaseq_wakeups_total {hub.wakeups}",
-
-        "# HELP leaseq_grouped_requests_total Requests that went through group commit.",
-        "# TYPE leaseq_grouped_requests_total counter",
-        *(f'leaseq_grouped_requests_total{{operation="{name}"}} {c.requests}'
-          for name, c in groups.items()),
-        "# HELP leaseq_grouped_statements_total Statements those requests shared.",
-        "# TYPE leaseq_grouped_statements_total counter",
-        *(f'leaseq_grouped_statements_total{{operation="{name}"}} {c.statements}'
-          for name, c in groups.items()),
-        "# HELP leaseq_http_requests_total HTTP requests answered, by route and status.",
-        "# TYPE leaseq_http_requests_total counter",
-    ]
-    for (method, route, status), count in sorted(counts.items()):
-        lines.append(
-            f'leaseq_http_requests_total{{method="{method}",route="{route}",'
-            f'status="{status}"}} {count}'
-        )
-    return "\n".join(lines) + "\n"
+@router.get(
+    "/metrics", response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."},
+               **responses("database_unavailable")},
+)
+async def metrics(request: Request) -> Response:
+    """Prometheus text format (app/api/metrics.py): every queue's depth by state,
+    request counts and latencies (SQS actions by name), long-poll waiters, group
+    commit and the process. Queue figures are read at most every two seconds."""
+    exposition: Metrics = request.app.state.metrics
+    return Response(await exposition.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,254 @@
+"""/metrics through prometheus_client: request counts and latencies (SQS actions by
+name), long-poll waiters and group commit of this process, the process itself, and
+every queue's depth from the database.
+
+With `leaseq serve --workers N` (PROMETHEUS_MULTIPROC_DIR set by the CLI) the
+per-process metrics live in files the processes share, and a scrape of any process
+answers their sum; the queue gauges come from the database, so they are the same
+whoever answers. Label values are bounded: route templates, known SQS actions and
+methods, queue names (resources that exist), never a path or a string a client chose.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from app.db.connector import Row
+from app.queue.events import QueueEvents
+from app.queue.group_commit import GroupCommit
+from app.queue.waiting import WaitHub
+
+GAUGE_CACHE_SECONDS = 2.0
+"""How long one reading of the queue gauges answers scrapes: several Prometheus
+servers (or a dashboard) scraping at once cost the database one query."""
+
+WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+                21600.0, 86400.0)
+"""Send to first receive: from a worker's instant pickup to a backlog of a day."""
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
+)
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class QueueGauges:
+    """The queue_gauges statement's last reading, as metric families."""
+
+    def __init__(self, read: Callable[[], Any]) -> None:
+        self._read = read  # async () -> list[Row]
+        self._rows: list[Row] = []
+        self._read_at = -GAUGE_CACHE_SECONDS
+
+    async def refresh(self) -> None:
+        if time.monotonic() - self._read_at >= GAUGE_CACHE_SECONDS:
+            self._rows = await self._read()
+            self._read_at = time.monotonic()
+
+    def collect(self) -> Iterator[Metric]:
+        visible = GaugeMetricFamily(
+            "leaseq_queue_visible_messages", "Messages a receive could claim now.", labels=["queue"]
+        )
+        in_flight = GaugeMetricFamily(
+            "leaseq_queue_in_flight_messages", "Messages claimed, their lease running.",
+            labels=["queue"],
+        )
+        delayed = GaugeMetricFamily(
+            "leaseq_queue_delayed_messages",
+            "Messages not yet visible: delayed on send, or released with a delay.",
+            labels=["queue"],
+        )
+        oldest = GaugeMetricFamily(
+            "leaseq_queue_oldest_visible_age_seconds",
+            "Age of the oldest visible message (0: none visible).", labels=["queue"],
+        )
+        dead = GaugeMetricFamily(
+            "leaseq_queue_dead_letter_messages",
+            "Messages of a source queue now in its dead-letter queue.",
+            labels=["queue", "dead_letter_queue"],
+        )
+        totals: dict[str, list[float]] = {}
+        for row in self._rows:
+            name = row["name"]
+            counts = totals.setdefault(name, [0, 0, 0, 0.0])
+            counts[0] += row["visible"]
+            counts[1] += row["in_flight"]
+            counts[2] += row["delayed"]
+            counts[3] = max(counts[3], float(row["oldest_visible_age"] or 0))
+            if row["source"] is not None:
+                dead.add_metric([row["source"], name], row["messages"])
+        for name, (v, f, d, age) in sorted(totals.items()):
+            visible.add_metric([name], v)
+            in_flight.add_metric([name], f)
+            delayed.add_metric([name], d)
+            oldest.add_metric([name], age)
+        yield from (visible, in_flight, delayed, oldest, dead)
+
+
+class Metrics(QueueEvents):
+    """One app's metrics and its exposition; the engine's events (QueueEvents)
+    counted per queue."""
+
+    def __init__(self, hub: WaitHub, group: GroupCommit, gauges: QueueGauges) -> None:
+        self._hub, self._group, self._gauges = hub, group, gauges
+        self._multiprocess = multiprocess_dir() is not None
+        # Single process: an own registry (several apps may share a test process)
+        # with the process collectors. Multiprocess: the values go to files, and
+        # each scrape reads them into a fresh registry.
+        self._registry = None if self._multiprocess else CollectorRegistry(auto_describe=True)
+        registry = self._registry
+        self.requests = Counter(
+            "leaseq_http_requests_total", "HTTP requests answered, by route and status.",
+            ["method", "route", "status"], registry=registry,
+        )
+        self.latency = Histogram(
+            "leaseq_http_request_duration_seconds",
+            "Time to answer an HTTP request (the SQS door's: leaseq_sqs_request_duration_seconds).",
+            ["method", "route"], buckets=LATENCY_BUCKETS, registry=registry,
+        )
+        self.sqs_latency = Histogram(
+            "leaseq_sqs_request_duration_seconds", "Time to answer an SQS action, by action.",
+            ["action"], buckets=LATENCY_BUCKETS, registry=registry,
+        )
+        self.waiting = Gauge(
+            "leaseq_waiting_receivers", "Long-polling receivers waiting now.",
+            registry=registry, multiprocess_mode="livesum",
+        )
+        self.wakeups = Counter(
+            "leaseq_wakeups_total", "Wake-ups delivered to waiting receivers.", registry=registry,
+        )
+        self.grouped_requests = Counter(
+            "leaseq_grouped_requests_total", "Requests that went through group commit.",
+            ["operation"], registry=registry,
+        )
+        self.grouped_statements = Counter(
+            "leaseq_grouped_statements_total", "Statements those requests shared.",
+            ["operation"], registry=registry,
+        )
+        def per_queue(name: str, text: str) -> Counter:
+            return Counter(name, text, ["queue"], registry=registry)
+
+        self.sent_total = per_queue("leaseq_messages_sent_total", "Messages accepted.")
+        self.received_total = per_queue(
+            "leaseq_messages_received_total", "Messages claimed by receives (deliveries)."
+        )
+        self.deleted_total = per_queue("leaseq_messages_deleted_total", "Messages acknowledged.")
+        self.released_total = per_queue(
+            "leaseq_messages_released_total",
+            "Messages given back by their holder (a release, a visibility timeout of 0).",
+        )
+        self.lease_lost_total = per_queue(
+            "leaseq_lease_lost_total",
+            "Acknowledgements and lease changes refused because the claim was gone (409).",
+        )
+        self.redelivered_total = per_queue(
+            "leaseq_redelivered_after_expiry_total",
+            "Claims that took a message whose previous lease had run out: work that "
+            "outlived its lease and may be done twice.",
+        )
+        self.dead_lettered_total = per_queue(
+            "leaseq_dead_lettered_total", "Messages moved to the dead-letter queue."
+        )
+        self.empty_receives_total = per_queue(
+            "leaseq_empty_receives_total", "Receives answered with no message."
+        )
+        self.first_receive = Histogram(
+            "leaseq_send_to_first_receive_seconds",
+            "From a message's send to its first delivery, on the database clock.",
+            ["queue"], buckets=WAIT_BUCKETS, registry=registry,
+        )
+        self._exported: dict[tuple[str, str], int] = {}
+        if registry is not None:
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
+            registry.register(gauges)
+
+    def observe(self, method: str, route: str, action: str | None, status: int,
+                seconds: float) -> None:
+        """One answered request (the access log's hook)."""
+        method = method if method in _METHODS else "OTHER"
+        self.requests.labels(method, route, str(status)).inc()
+        if action is None:
+            self.latency.labels(method, route).observe(seconds)
+        else:
+            self.sqs_latency.labels(action).observe(seconds)
+
+    # -- the engine's events (QueueEvents) -----------------------------------
+
+    def sent(self, queue: str, count: int) -> None:
+        self.sent_total.labels(queue).inc(count)
+
+    def received(self, queue: str, count: int, lapsed: int, waited: Sequence[float]) -> None:
+        self.received_total.labels(queue).inc(count)
+        if lapsed:
+            self.redelivered_total.labels(queue).inc(lapsed)
+        if waited:
+            histogram = self.first_receive.labels(queue)
+            for seconds in waited:
+                histogram.observe(seconds)
+
+    def empty_receive(self, queue: str) -> None:
+        self.empty_receives_total.labels(queue).inc()
+
+    def deleted(self, queue: str, count: int) -> None:
+        self.deleted_total.labels(queue).inc(count)
+
+    def released(self, queue: str, count: int) -> None:
+        self.released_total.labels(queue).inc(count)
+
+    def lease_lost(self, queue: str, count: int) -> None:
+        self.lease_lost_total.labels(queue).inc(count)
+
+    def dead_lettered(self, queue: str, count: int) -> None:
+        self.dead_lettered_total.labels(queue).inc(count)
+
+    # -- exposition -----------------------------------------------------------
+
+    def refresh_local(self) -> None:
+        """This process's own figures into the metrics (exact at a scrape of a single
+        process; with several, each refreshes its own every second)."""
+        self.waiting.set(self._hub.parked())
+        self._advance(self.wakeups, ("wakeups", ""), self._hub.wakeups)
+        for name, line in self._group.coalescers().items():
+            self._advance(self.grouped_requests.labels(name), ("requests", name), line.requests)
+            self._advance(self.grouped_statements.labels(name), ("statements", name),
+                          line.statements)
+
+    def _advance(self, counter: Any, key: tuple[str, str], total: int) -> None:
+        counter.inc(total - self._exported.get(key, 0))
+        self._exported[key] = total
+
+    async def exposition(self) -> bytes:
+        self.refresh_local()
+        await self._gauges.refresh()
+        if self._registry is not None:
+            return bytes(generate_latest(self._registry))
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(self._gauges)
+        return bytes(generate_latest(registry))
+
+    @property
+    def multiprocess(self) -> bool:
+        return self._multiprocess
