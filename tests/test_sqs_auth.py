@@ -1,7 +1,7 @@
 """API keys on the SQS door: boto3 signs with a leaseq key (id as the access key
 id); scopes apply per action and queue; SigV4 is hardened (a 15-minute date
 window, the headers that must be signed, verification before the body is
-parsed, presigned URLs refused)."""
+parsed, presigned Query URLs honoured for 15 minutes at most)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from unittest import mock
 
 import httpx
 import pytest
+import time_machine
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -158,14 +159,48 @@ async def test_unsigned_bodies_are_refused_before_parsing(keyed: tuple[str, Any]
             assert time.monotonic() - started < 5  # a guard against a hang, not a benchmark
 
 
-async def test_presigned_urls_are_refused(keyed: tuple[str, Any]) -> None:
+async def test_a_presigned_query_url_is_honoured_for_fifteen_minutes_at_most(
+    keyed: tuple[str, Any],
+) -> None:
     endpoint, _ = keyed
-    query = ("Action=ListQueues&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
-             f"{ADMIN_ID}%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Signature=" + "0" * 64)
+    sqs = client(endpoint, "query", key=ADMIN_ID, secret=ADMIN_SECRET)
+    url = (await run(sqs.create_queue, QueueName="presigned"))["QueueUrl"]
+    send = sqs.generate_presigned_url(
+        "send_message", Params={"QueueUrl": url, "MessageBody": "by a link"}, ExpiresIn=600,
+        HttpMethod="GET",
+    )
+    assert "X-Amz-Signature=" in send and "Authorization" not in send
     async with httpx.AsyncClient() as http:
-        response = await http.get(f"{endpoint}/000000000000/q?{query}")
-    assert response.status_code == 403
-    assert "Presigned" in response.text
+        sent = await http.get(send)
+        assert sent.status_code == 200, sent.text
+        assert "<MessageId>" in sent.text
+        # Any parameter changed breaks the signature; so does another secret.
+        tampered = send.replace("by+a+link", "by+another").replace("by%20a%20link", "by%20x")
+        assert tampered != send
+        refused = await http.get(tampered)
+        assert refused.status_code == 403 and "SignatureDoesNotMatch" in refused.text
+        forged = client(endpoint, "query", key=ADMIN_ID, secret="not-the-secret")
+        refused = await http.get(forged.generate_presigned_url(
+            "list_queues", Params={}, ExpiresIn=60, HttpMethod="GET"))
+        assert refused.status_code == 403 and "SignatureDoesNotMatch" in refused.text
+        # Asked for an hour, made 20 minutes ago: past the 15 minutes honoured.
+        with time_machine.travel(datetime.now(UTC) - timedelta(minutes=20), tick=False):
+            old = sqs.generate_presigned_url("list_queues", Params={}, ExpiresIn=3600,
+                                             HttpMethod="GET")
+        expired = await http.get(old)
+        assert expired.status_code == 400 and "RequestExpired" in expired.text
+        # Asked for 1 second, made 5 seconds ago: its own expiry ends first.
+        with time_machine.travel(datetime.now(UTC) - timedelta(seconds=5), tick=False):
+            brief = sqs.generate_presigned_url("list_queues", Params={}, ExpiresIn=1,
+                                               HttpMethod="GET")
+        assert (await http.get(brief)).status_code == 400
+        malformed = await http.get(
+            f"{endpoint}/000000000000/q?Action=ListQueues&X-Amz-Algorithm=AWS4-HMAC-SHA256"
+            f"&X-Amz-Credential={ADMIN_ID}%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request"
+            "&X-Amz-Signature=" + "0" * 64)
+        assert malformed.status_code == 403 and "IncompleteSignature" in malformed.text
+    got = await run(sqs.receive_message, QueueUrl=url)
+    assert [m["Body"] for m in got["Messages"]] == ["by a link"]
 
 
 async def test_sqs_requests_are_rate_limited(keyed: tuple[str, Any]) -> None:

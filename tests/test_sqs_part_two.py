@@ -364,8 +364,8 @@ def _signed_get(url: str, secret: str = KEY_SECRET) -> dict[str, str]:
 
 
 async def test_query_over_get_is_signed(serve_factory: ServeApp) -> None:
-    """With keys, a GET needs the same header SigV4 as a POST, over its query string;
-    presigned URLs stay refused."""
+    """With keys, a GET needs the same header SigV4 as a POST, over its query string
+    (or a presigned signature: tests/test_sqs_auth.py); half a presigned one is refused."""
     base, _ = await serve_factory(admin_key=f"{KEY_ID}.{KEY_SECRET}")
     async with httpx.AsyncClient() as http:
         url = f"{base}/?Action=CreateQueue&QueueName=signed&Version=2012-11-05"

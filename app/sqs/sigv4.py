@@ -10,8 +10,13 @@ into parameters: `parse` the header (its form; X-Amz-Date within 15 minutes
 of the server's clock; `host`, `x-amz-date` and, for the JSON protocol,
 `x-amz-target` and `content-type` among the signed headers, so a captured
 signature cannot be re-sent as another action), then `check` the signature
-with the key's secret. Presigned URLs (the signature in the query string) are
-refused.
+with the key's secret.
+
+A presigned request (a Query `GET` with the signature in its query string:
+X-Amz-Algorithm, -Credential, -Date, -Expires, -SignedHeaders, -Signature, as
+botocore's generate_presigned_url writes it) is checked the same way, with
+`host` signed, and honoured for X-Amz-Expires or 15 minutes from X-Amz-Date,
+whichever ends first: a leaked URL is no longer good than a captured header.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ def _hmac(key: bytes, message: str) -> bytes:
     return hmac.new(key, message.encode("utf-8"), hashlib.sha256).digest()
 
 
-def _canonical_query(query_string: str) -> str:
-    pairs = parse_qsl(query_string, keep_blank_values=True)
+def _canonical_query(query_string: str, drop: str | None = None) -> str:
+    pairs = [(k, v) for k, v in parse_qsl(query_string, keep_blank_values=True) if k != drop]
     encoded = sorted((quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in pairs)
     return "&".join(f"{k}={v}" for k, v in encoded)
 
@@ -67,6 +72,7 @@ class Signed:
     signed_headers: str
     signature: str
     amz_date: str
+    presigned: bool = False
 
 
 def _header(by_name: Mapping[str, list[str]], name: str) -> str:
@@ -86,11 +92,13 @@ def parse(
     """The signature's parts, once its form, its date and the headers it covers
     pass; SqsError otherwise. Nothing here needs the secret or the body."""
     if "X-Amz-Signature=" in query_string or "X-Amz-Algorithm=" in query_string:
-        raise SqsError(
-            "IncompleteSignature",
-            "Presigned (query-string) requests are not accepted; sign the Authorization "
-            "header instead.",
-        )
+        if json_protocol:
+            raise SqsError(
+                "IncompleteSignature",
+                "A presigned (query-string) signature is for the Query protocol's GET; "
+                "sign the Authorization header of a JSON request.",
+            )
+        return _parse_presigned(query_string, now=now)
     authorization = _header(by_name, "authorization")
     if not authorization:
         raise SqsError(
@@ -113,17 +121,8 @@ def parse(
         raise SqsError(
             "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
         )
-    try:
-        signed_at = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        raise SqsError("IncompleteSignature", "X-Amz-Date is not a valid time.") from None
-    if abs(now - signed_at) > MAX_SKEW:
-        stamp = now.strftime("%Y%m%dT%H%M%SZ")
-        raise SqsError(
-            "RequestExpired",
-            f"Signature expired: {amz_date} is more than 15 minutes from the server's "
-            f"time {stamp}.",
-        )
+    if abs(now - _signed_at(amz_date)) > MAX_SKEW:
+        raise _expired(amz_date, now)
     signed = match["signed"].split(";")
     needed = ["host", "x-amz-date"]
     if json_protocol:
@@ -138,6 +137,74 @@ def parse(
         key=scope["key"], date=scope["date"], region=scope["region"],
         service=scope["service"], signed_headers=match["signed"],
         signature=match["signature"], amz_date=amz_date,
+    )
+
+
+def _signed_at(amz_date: str) -> datetime:
+    try:
+        return datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise SqsError("IncompleteSignature", "X-Amz-Date is not a valid time.") from None
+
+
+def _expired(amz_date: str, now: datetime) -> SqsError:
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    return SqsError(
+        "RequestExpired",
+        f"Signature expired: {amz_date} is more than 15 minutes from the server's "
+        f"time {stamp}.",
+    )
+
+
+_PRESIGNED = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+              "X-Amz-SignedHeaders", "X-Amz-Signature")
+MAX_EXPIRES = 604800  # seconds: SigV4's own bound on X-Amz-Expires (7 days)
+
+
+def _parse_presigned(query_string: str, *, now: datetime) -> Signed:
+    """A presigned request's signature parts, once their form and time pass."""
+    given: dict[str, str] = {}
+    for name, value in parse_qsl(query_string, keep_blank_values=True):
+        if name in _PRESIGNED:
+            if name in given:
+                raise SqsError("IncompleteSignature", f"{name} is given twice.")
+            given[name] = value
+    missing = [name for name in _PRESIGNED if not given.get(name)]
+    if missing:
+        raise SqsError(
+            "IncompleteSignature",
+            f"A presigned request needs the query parameters {', '.join(missing)}.",
+        )
+    if given["X-Amz-Algorithm"] != ALGORITHM:
+        raise SqsError("IncompleteSignature", f"X-Amz-Algorithm must be {ALGORITHM}.")
+    scope = _CREDENTIAL.match(given["X-Amz-Credential"])
+    if scope is None:
+        raise SqsError("IncompleteSignature", "The credential scope is malformed.")
+    if scope["service"] != "sqs":
+        raise SqsError("SignatureDoesNotMatch", "The credential scope must name service sqs.")
+    amz_date = given["X-Amz-Date"]
+    if not _AMZ_DATE.fullmatch(amz_date) or not amz_date.startswith(scope["date"]):
+        raise SqsError(
+            "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
+        )
+    expires = given["X-Amz-Expires"]
+    if not expires.isdigit() or not 1 <= int(expires) <= MAX_EXPIRES:
+        raise SqsError(
+            "IncompleteSignature", f"X-Amz-Expires must be 1 to {MAX_EXPIRES} seconds."
+        )
+    signed_at = _signed_at(amz_date)
+    valid_for = min(timedelta(seconds=int(expires)), MAX_SKEW)
+    if now < signed_at - MAX_SKEW or now > signed_at + valid_for:
+        raise _expired(amz_date, now)
+    if not re.fullmatch(r"[0-9a-f]{64}", given["X-Amz-Signature"]):
+        raise SqsError("IncompleteSignature", "X-Amz-Signature must be 64 hex digits.")
+    signed_headers = given["X-Amz-SignedHeaders"]
+    if "host" not in signed_headers.split(";"):
+        raise SqsError("SignatureDoesNotMatch", "The signature must cover the headers host.")
+    return Signed(
+        key=scope["key"], date=scope["date"], region=scope["region"],
+        service=scope["service"], signed_headers=signed_headers,
+        signature=given["X-Amz-Signature"], amz_date=amz_date, presigned=True,
     )
 
 
@@ -156,16 +223,24 @@ def check(
         f"{name}:{','.join(' '.join(v.split()) for v in by_name.get(name, []))}\n"
         for name in signed.signed_headers.split(";")
     )
-    canonical_request = "\n".join(
-        [
-            method,
-            quote(path or "/", safe="/~"),
-            _canonical_query(query_string),
-            canonical_headers,
-            signed.signed_headers,
-            hashlib.sha256(body).hexdigest(),
-        ]
+    query = _canonical_query(query_string, drop="X-Amz-Signature" if signed.presigned else None)
+    payloads = [hashlib.sha256(body).hexdigest()]
+    if signed.presigned:
+        payloads.append("UNSIGNED-PAYLOAD")  # what some clients sign a presigned URL with
+    for payload in payloads:
+        canonical_request = "\n".join([
+            method, quote(path or "/", safe="/~"), query, canonical_headers,
+            signed.signed_headers, payload,
+        ])
+        if hmac.compare_digest(_signature(signed, secret, canonical_request), signed.signature):
+            return
+    raise SqsError(
+        "SignatureDoesNotMatch",
+        "The request signature we calculated does not match the signature you provided.",
     )
+
+
+def _signature(signed: Signed, secret: str, canonical_request: str) -> str:
     credential_scope = "/".join([signed.date, signed.region, signed.service, "aws4_request"])
     string_to_sign = "\n".join(
         [
@@ -178,9 +253,4 @@ def check(
     signing_key = _hmac(("AWS4" + secret).encode("utf-8"), signed.date)
     for part in (signed.region, signed.service, "aws4_request"):
         signing_key = _hmac(signing_key, part)
-    expected = hmac.new(signing_key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signed.signature):
-        raise SqsError(
-            "SignatureDoesNotMatch",
-            "The request signature we calculated does not match the signature you provided.",
-        )
+    return hmac.new(signing_key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
