@@ -191,10 +191,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-vacuum",
             ),
         ]
-        if metrics.multiprocess:
-            background.append(asyncio.create_task(
-                _refresh_metrics_forever(metrics), name="leaseq-metrics"
-            ))
+        background.append(asyncio.create_task(
+            _refresh_metrics_forever(metrics), name="leaseq-metrics"
+        ))
         try:
             yield
         finally:
@@ -271,8 +270,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 async def _refresh_metrics_forever(metrics: Metrics) -> None:
-    """With several processes, a scrape reads every process's figures from the
-    shared files: each writes its own there once a second."""
+    """Each process's own figures into its metrics once a second: with several
+    processes a scrape reads them from the shared files, and the lease advice's
+    warnings reach the log without waiting for a scrape."""
     while True:
         metrics.refresh_local()
         await asyncio.sleep(1.0)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -51,17 +53,24 @@ def with_database(url: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A URL of the PostgreSQL server the tests use (its maintenance database)."""
+def server_url() -> Iterator[str]:
+    """A URL of the PostgreSQL server the tests use (its maintenance database).
+
+    The embedded server's data lives outside pytest's temporary root: run as root,
+    it runs as another user who must traverse to it, and every pytest session
+    starting on the machine resets that root to mode 0700 (which would crash the
+    server of a session still running: "could not open pg_control")."""
     if EXTERNAL_URL is not None:
         yield plain_url(EXTERNAL_URL)
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), database="postgres")
+    folder = Path(tempfile.mkdtemp(prefix="leaseq-test-pg-"))
+    server = EmbeddedPostgres(folder, database="postgres")
     server.start()
     try:
         yield server.dsn()
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _admin(url: str, *statements: str) -> None:

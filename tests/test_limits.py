@@ -244,6 +244,8 @@ async def test_peek_cuts_bodies_by_default_and_refuses_pages_over_the_cap(
 def _uvicorn_config(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> uvicorn.Config:
     seen: list[uvicorn.Config] = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: seen.append(self.config))
+    # The config's logging is the served process's, not this test process's.
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda self: None)
     _run_uvicorn(Settings(**settings), workers=1)
     (config,) = seen
     return config

@@ -4,9 +4,12 @@ route template and SQS action, bounded labels."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqs_clients import client as sqs_client
 from sqs_clients import run
@@ -150,3 +153,45 @@ async def test_empty_receives_and_dead_letters_are_counted(client: httpx.AsyncCl
     found = await scrape(client)
     assert found[("leaseq_empty_receives_total", (("queue", queue),))] == 2
     assert found[("leaseq_dead_lettered_total", (("queue", queue),))] == 1
+
+
+async def test_handlers_outliving_their_lease_draw_the_lease_advice(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = await make_queue(client, "slow", visibility_timeout=1)
+    for start in range(0, 120, 10):
+        sent = await client.post(f"/v1/queues/{queue}/messages", json={
+            "messages": [{"body": str(n)} for n in range(start, start + 10)]})
+        assert sent.status_code == 200 and sent.json()["failed"] == 0
+    held = []
+    while batch := await receive(client, queue, max=10):
+        held.extend(m["receipt_handle"] for m in batch)
+    assert len(held) == 120
+    # The handlers take longer than the 1 s lease (nobody else claims meanwhile,
+    # so their acknowledgements still land).
+    await asyncio.sleep(1.3)
+    for start in range(0, 120, 10):
+        done = await client.post(f"/v1/queues/{queue}/messages/delete",
+                                 json={"receipt_handles": held[start:start + 10]})
+        assert done.json()["failed"] == 0
+    caplog.set_level(logging.WARNING, logger="leaseq.leases")
+    found = await scrape(client)
+    advice = (await client.get(f"/v1/queues/{queue}")).json()["lease_advice"]
+    assert advice["samples"] == 120 and advice["lease_seconds"] == 1
+    assert 1.3 <= advice["held_p999_seconds"] < 10
+    assert advice["visibility_timeout"] >= advice["held_p999_seconds"] + 5
+    assert advice["warnings"] == ["lease_below_p999"]
+    assert found[("leaseq_lease_warning", (("queue", queue), ("reason", "lease_below_p999")))] == 1
+    assert found[("leaseq_lease_held_seconds_count", (("queue", queue),))] == 120
+    assert found[("leaseq_lease_held_p999_seconds", (("queue", queue),))] == pytest.approx(
+        advice["held_p999_seconds"])
+    (line,) = [r for r in caplog.records if r.name == "leaseq.leases"]
+    assert "lease_below_p999" in line.getMessage() and queue in line.getMessage()
+    # A queue whose handlers fit their lease: advice without a warning.
+    quick = await make_queue(client, "quick")
+    await send(client, quick)
+    (message,) = await receive(client, quick)
+    await client.delete(f"/v1/queues/{quick}/messages/{message['receipt_handle']}")
+    advice = (await client.get(f"/v1/queues/{quick}")).json()["lease_advice"]
+    assert advice["samples"] == 1 and advice["held_p999_seconds"] is None
+    assert advice["warnings"] == []

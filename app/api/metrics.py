@@ -11,6 +11,7 @@ methods, queue names (resources that exist), never a path or a string a client c
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from app.db.connector import Row
+from app.queue.advice import LeaseAdvice, LeaseWatch
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit
 from app.queue.waiting import WaitHub
@@ -45,6 +47,10 @@ WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
 )
+_log = logging.getLogger("leaseq.leases")
+HELD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                600.0, 1800.0, 3600.0, 10800.0, 43200.0)
+"""Claim to acknowledgement: a handler's duration as the queue sees it."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -177,6 +183,35 @@ class Metrics(QueueEvents):
             "From a message's send to its first delivery, on the database clock.",
             ["queue"], buckets=WAIT_BUCKETS, registry=registry,
         )
+        self.held = Histogram(
+            "leaseq_lease_held_seconds",
+            "From a claim to its acknowledgement, on the database clock: the handler's "
+            "duration as the queue sees it.",
+            ["queue"], buckets=HELD_BUCKETS, registry=registry,
+        )
+        self.extended_total = per_queue(
+            "leaseq_leases_extended_total", "Leases renewed by their holders (heartbeats)."
+        )
+        self.held_p999 = Gauge(
+            "leaseq_lease_held_p999_seconds",
+            "The p99.9 of lease held time over the last ten minutes (this process's "
+            "acknowledgements; the largest of the processes').",
+            ["queue"], registry=registry, multiprocess_mode="max",
+        )
+        self.advised = Gauge(
+            "leaseq_lease_advised_visibility_timeout_seconds",
+            "The lease that p99.9 implies for a worker that does not heartbeat "
+            "(p99.9 with headroom: docs/workers.md).",
+            ["queue"], registry=registry, multiprocess_mode="max",
+        )
+        self.warning = Gauge(
+            "leaseq_lease_warning",
+            "1 while the lease advice warns: lease_below_p999 (the lease granted is "
+            "shorter than the p99.9 and nothing heartbeats) or redeliveries_rising.",
+            ["queue", "reason"], registry=registry, multiprocess_mode="max",
+        )
+        self.leases = LeaseWatch()
+        self._warned: dict[str, tuple[str, ...]] = {}
         self._exported: dict[tuple[str, str], int] = {}
         if registry is not None:
             ProcessCollector(registry=registry)
@@ -199,8 +234,11 @@ class Metrics(QueueEvents):
     def sent(self, queue: str, count: int) -> None:
         self.sent_total.labels(queue).inc(count)
 
-    def received(self, queue: str, count: int, lapsed: int, waited: Sequence[float]) -> None:
+    def received(
+        self, queue: str, count: int, lease: int, lapsed: int, waited: Sequence[float]
+    ) -> None:
         self.received_total.labels(queue).inc(count)
+        self.leases.of(queue).claimed(lease, lapsed)
         if lapsed:
             self.redelivered_total.labels(queue).inc(lapsed)
         if waited:
@@ -211,8 +249,17 @@ class Metrics(QueueEvents):
     def empty_receive(self, queue: str) -> None:
         self.empty_receives_total.labels(queue).inc()
 
-    def deleted(self, queue: str, count: int) -> None:
+    def deleted(self, queue: str, count: int, held: Sequence[float]) -> None:
         self.deleted_total.labels(queue).inc(count)
+        if held:
+            histogram = self.held.labels(queue)
+            for seconds in held:
+                histogram.observe(seconds)
+            self.leases.of(queue).held(list(held))
+
+    def extended(self, queue: str, count: int) -> None:
+        self.extended_total.labels(queue).inc(count)
+        self.leases.of(queue).beat(count)
 
     def released(self, queue: str, count: int) -> None:
         self.released_total.labels(queue).inc(count)
@@ -225,9 +272,38 @@ class Metrics(QueueEvents):
 
     # -- exposition -----------------------------------------------------------
 
+    def advice(self, queue: str) -> LeaseAdvice | None:
+        """What the lease advice says of `queue` now (None: nothing seen of it)."""
+        return self.leases.advice(queue)
+
+    def _refresh_advice(self) -> None:
+        for queue in self.leases.queues():
+            advice = self.leases.advice(queue)
+            assert advice is not None
+            if advice.held_p999_seconds is not None:
+                self.held_p999.labels(queue).set(advice.held_p999_seconds)
+            if advice.visibility_timeout is not None:
+                self.advised.labels(queue).set(advice.visibility_timeout)
+            for reason in ("lease_below_p999", "redeliveries_rising"):
+                self.warning.labels(queue, reason).set(reason in advice.warnings)
+            if advice.warnings != self._warned.get(queue, ()):
+                self._warned[queue] = advice.warnings
+                if advice.warnings:
+                    _log.warning(
+                        "queue %s: lease advice warns %s: leases of %ss, p99.9 held %ss over "
+                        "%d acknowledgements, %d heartbeats, %d redeliveries after expiry; "
+                        "advised visibility timeout %ss, or heartbeats every %ss",
+                        queue, ", ".join(advice.warnings), advice.lease_seconds,
+                        advice.held_p999_seconds, advice.samples, advice.heartbeats,
+                        advice.redelivered_after_expiry, advice.visibility_timeout,
+                        advice.heartbeat_seconds,
+                        extra={"queue": queue, "warnings": list(advice.warnings)},
+                    )
+
     def refresh_local(self) -> None:
         """This process's own figures into the metrics (exact at a scrape of a single
         process; with several, each refreshes its own every second)."""
+        self._refresh_advice()
         self.waiting.set(self._hub.parked())
         self._advance(self.wakeups, ("wakeups", ""), self._hub.wakeups)
         for name, line in self._group.coalescers().items():

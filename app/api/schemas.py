@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from app.queue import attributes, limits
+from app.queue.advice import LeaseAdvice
 from app.queue.models import (
     Lease,
     PeekedMessage,
@@ -234,12 +235,43 @@ class QueueOut(BaseModel):
         )
 
 
+class LeaseAdviceOut(BaseModel):
+    """The essay's rule for this queue, from the last ten minutes of this process's
+    acknowledgements (docs/workers.md)."""
+
+    samples: int = Field(description="Acknowledgements timed in the window.")
+    held_p999_seconds: float | None = Field(
+        description="p99.9 of lease held time (claim to acknowledgement, database clock); "
+        "null below 100 samples."
+    )
+    visibility_timeout: int | None = Field(
+        description="The lease the p99.9 implies for a worker that does not heartbeat."
+    )
+    heartbeat_seconds: int | None = Field(
+        description="For a worker that heartbeats: a third of the lease it is granted."
+    )
+    lease_seconds: int | None = Field(description="The lease the last receive was granted.")
+    heartbeats: int
+    redelivered_after_expiry: int
+    warnings: list[str] = Field(
+        description="`lease_below_p999`, `redeliveries_rising`; empty when all is well."
+    )
+
+
 class QueueDetail(QueueOut):
     stats: StatsOut
+    lease_advice: LeaseAdviceOut | None = Field(
+        default=None, description="null until this process has seen the queue's leases."
+    )
 
     @classmethod
-    def with_stats(cls, queue: Queue, stats: QueueStats) -> QueueDetail:
-        return cls(**QueueOut.of(queue).model_dump(), stats=StatsOut(**stats.__dict__))
+    def with_stats(
+        cls, queue: Queue, stats: QueueStats, advice: LeaseAdvice | None = None
+    ) -> QueueDetail:
+        return cls(
+            **QueueOut.of(queue).model_dump(), stats=StatsOut(**stats.__dict__),
+            lease_advice=None if advice is None else LeaseAdviceOut(**asdict(advice)),
+        )
 
 
 class QueueList(BaseModel):

@@ -13,8 +13,10 @@ class QueueEvents:
     def sent(self, queue: str, count: int) -> None:
         """`count` messages accepted (durable)."""
 
-    def received(self, queue: str, count: int, lapsed: int, waited: Sequence[float]) -> None:
-        """A receive claimed `count` messages; `lapsed` of them were taken after
+    def received(
+        self, queue: str, count: int, lease: int, lapsed: int, waited: Sequence[float]
+    ) -> None:
+        """A receive claimed `count` messages for `lease` seconds; `lapsed` of them were taken after
         their previous lease ran out (the essay's duplicate-work signal: a handler
         that outlived its lease); `waited` is the send-to-first-receive time of each
         first delivery, on the database clock."""
@@ -22,8 +24,12 @@ class QueueEvents:
     def empty_receive(self, queue: str) -> None:
         """A receive answered with no message."""
 
-    def deleted(self, queue: str, count: int) -> None:
-        """`count` messages acknowledged."""
+    def deleted(self, queue: str, count: int, held: Sequence[float]) -> None:
+        """`count` messages acknowledged; `held`: each one's lease held time (claim
+        to acknowledgement, on the database clock) where it is known."""
+
+    def extended(self, queue: str, count: int) -> None:
+        """`count` leases renewed by their holders (heartbeats, checkpoints)."""
 
     def released(self, queue: str, count: int) -> None:
         """`count` messages given back by their holder (a release, a visibility of 0)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -59,6 +60,11 @@ class Take(NamedTuple):
     acks: tuple[Handle, ...] = ()
 
 
+Deleted = Mapping[int, float | None]
+"""Rows deleted by acknowledgement -> their lease held time in seconds, measured by
+the database (None for a claim made before claims were timed)."""
+
+
 class Claimed(NamedTuple):
     """A receiver's share of a claim, how many messages the statement
     dead-lettered instead (shared by the group: a reason to claim again), and
@@ -66,7 +72,7 @@ class Claimed(NamedTuple):
 
     rows: list[Row]
     dead: int
-    acked: frozenset[int] = frozenset()
+    acked: Deleted = MappingProxyType({})
 
 
 SendKey = tuple[int, int]  # queue id, retention
@@ -163,13 +169,13 @@ SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
 
 def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
     dead = int(rows[0]["dead"])
-    acked = frozenset(rows[0]["acked"])
+    acked = dict(zip(rows[0]["acked"], rows[0]["acked_held"], strict=True))
     # First come, first served, in the claim's (fencing token) order.
     claimed = sorted((row for row in rows if row["id"] is not None),
                      key=lambda row: row["fencing_token"])
     shares = []
     for (take,) in groups:
-        mine = acked.intersection(ack.row for ack in take.acks) if take.acks else frozenset()
+        mine = {ack.row: acked[ack.row] for ack in take.acks if ack.row in acked}
         shares.append(Claimed(claimed[:take.wanted], dead, mine))
         claimed = claimed[take.wanted:]
     return shares
@@ -201,12 +207,12 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 
 
-def _delete_share(rows: list[Row], groups: list[list[Handle]]) -> list[set[int]]:
-    deleted = {row["id"] for row in rows}
-    return [deleted.intersection(h.row for h in group) for group in groups]
+def _delete_share(rows: list[Row], groups: list[list[Handle]]) -> list[Deleted]:
+    deleted = {row["id"]: row["held"] for row in rows}
+    return [{h.row: deleted[h.row] for h in group if h.row in deleted} for group in groups]
 
 
-DELETE: Grouped[int, Handle, set[int]] = Grouped(
+DELETE: Grouped[int, Handle, Deleted] = Grouped(
     name="delete",
     query=Q.delete_messages,
     params=lambda queue_id, flat: {
@@ -361,7 +367,7 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 """A FIFO claim's takes carry no acknowledgements: they are settled first."""
 
-DELETE_FIFO: Grouped[int, Handle, set[int]] = Grouped(
+DELETE_FIFO: Grouped[int, Handle, Deleted] = Grouped(
     name="delete_fifo",
     query=Q.delete_fifo_messages,
     params=DELETE.params,

@@ -222,7 +222,8 @@ WITH acked AS (
     DELETE FROM messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
-    RETURNING m.id
+    RETURNING m.id, CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
+                         AS double precision) AS held
 ),
 candidates AS (
     SELECT c.id, c.receive_count, c.leased AS lapsed
@@ -253,7 +254,8 @@ claimed AS (
         fencing_token     = nextval('fencing_tokens'),
         receive_count     = m.receive_count + 1,
         leased            = true,
-        first_received_at = coalesce(m.first_received_at, statement_timestamp())
+        first_received_at = coalesce(m.first_received_at, statement_timestamp()),
+        claimed_at        = statement_timestamp()
     FROM candidates AS c
     WHERE m.id = c.id
       AND (CAST(:max_receive_count AS integer) IS NULL
@@ -265,7 +267,8 @@ claimed AS (
               CAST(m.checkpoint AS text) AS checkpoint, c.lapsed
 )
 SELECT (SELECT count(*) FROM dead) AS dead,
-       (SELECT coalesce(array_agg(id), '{}') FROM acked) AS acked,
+       (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
+       (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
        claimed.*
 FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
@@ -358,11 +361,14 @@ RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
 
 -- name: delete_messages
 -- plan: cached (rows by primary key)
--- Acknowledgement, conditional on the claim.
+-- Acknowledgement, conditional on the claim; `held`: seconds from the claim to
+-- now, the lease held time (NULL for a claim made before it was recorded).
 DELETE FROM messages AS m
 USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
-RETURNING m.id;
+RETURNING m.id,
+          CAST(extract(epoch FROM statement_timestamp() - m.claimed_at) AS double precision)
+              AS held;
 
 -- name: save_checkpoint
 -- Records a job's cursor and renews the lease by the queue's timeout,
@@ -789,7 +795,8 @@ claimed AS (
         fencing_token     = nextval('fencing_tokens'),
         receive_count     = m.receive_count + 1,
         leased            = true,
-        first_received_at = coalesce(m.first_received_at, statement_timestamp())
+        first_received_at = coalesce(m.first_received_at, statement_timestamp()),
+        claimed_at        = statement_timestamp()
     FROM wanted AS w
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
       AND (CAST(:max_receive_count AS integer) IS NULL
@@ -861,7 +868,9 @@ WITH deleted AS (
     DELETE FROM messages AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
-    RETURNING m.id, m.group_id
+    RETURNING m.id, m.group_id,
+              CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
+                   AS double precision) AS held
 ),
 touched AS (
     SELECT g.group_id
@@ -878,7 +887,7 @@ bumped AS (
     WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
     RETURNING g.group_id
 )
-SELECT d.id,
+SELECT d.id, d.held,
        pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
                                          (SELECT count(*) FROM bumped), NULL)) AS notified
 FROM deleted AS d;

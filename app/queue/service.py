@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple, TypeVar
 
 from app.config import Settings
@@ -33,7 +32,7 @@ from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit, Statement, run_in
-from app.queue.grouped import Change, FifoOutgoing, Handle, Outgoing
+from app.queue.grouped import Change, Deleted, FifoOutgoing, Handle, Outgoing
 from app.queue.models import (
     EntryError,
     Lease,
@@ -229,12 +228,12 @@ class QueueService:
         count: int,
         session: Session | None,
         acks: tuple[Handle, ...],
-    ) -> tuple[list[ReceivedMessage], frozenset[int]]:
+    ) -> tuple[list[ReceivedMessage], Deleted]:
         """_claim, whose first statement also deletes the messages of `acks`
         (conditional on each claim); with the rows it deleted."""
         received: list[ReceivedMessage] = []
         taken: list[Row] = []  # claimed by earlier rounds
-        acked: frozenset[int] = frozenset()
+        acked: dict[int, float | None] = {}
         claim = grouped.CLAIM_FIFO if queue.attributes.fifo else grouped.CLAIM
         # A FIFO receive settles its acknowledgements before it claims (their
         # groups' rows are locked in group order, a claim's are skipped).
@@ -255,17 +254,17 @@ class QueueService:
                 # The grouped claim's statement and dead-letter notice, in this
                 # receive's own connection (a long poll's look).
                 (share,) = await run_in(session, claim, (queue, visibility_timeout), [[take]])
-            acked |= share.acked
-            self._tell_claimed(queue, share.rows, share.dead)
+            acked.update(share.acked)
+            self._tell_claimed(queue, share.rows, share.dead, visibility_timeout)
             received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
             if share.dead == 0 or len(received) >= count:
                 break
         return received, acked
 
-    def _tell_claimed(self, queue: Queue, rows: list[Row], dead: int) -> None:
+    def _tell_claimed(self, queue: Queue, rows: list[Row], dead: int, lease: int) -> None:
         if rows:
             self.events.received(
-                queue.name, len(rows), sum(1 for row in rows if row["lapsed"]),
+                queue.name, len(rows), lease, sum(1 for row in rows if row["lapsed"]),
                 [(row["first_received_at"] - row["sent_at"]).total_seconds()
                  for row in rows if row["receive_count"] == 1],
             )
@@ -489,6 +488,8 @@ class QueueService:
             self.events.lease_lost(queue.name, lost)
         if released:
             self.events.released(queue.name, released)
+        if len(changed) > released:
+            self.events.extended(queue.name, len(changed) - released)
 
     async def _change_within_budget(
         self, queue: Queue, changes: list[Change]
@@ -552,16 +553,18 @@ class QueueService:
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
         acknowledge = grouped.DELETE_FIFO if queue.attributes.fifo else grouped.DELETE
-        deleted = await self.group.run(acknowledge, queue.id, valid) if valid else set()
+        deleted = await self.group.run(acknowledge, queue.id, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
 
     def _results_told(
         self, queue: Queue, receipts: list[Receipt | InvalidReceiptHandle],
-        deleted: AbstractSet[int],
+        deleted: Deleted,
     ) -> list[EntryError | None]:
         results = _acknowledged(receipts, deleted)
         if deleted:
-            self.events.deleted(queue.name, len(deleted))
+            self.events.deleted(
+                queue.name, len(deleted), [h for h in deleted.values() if h is not None]
+            )
         lost = sum(1 for r in results if r is not None and isinstance(r.error, LeaseLost))
         if lost:
             self.events.lease_lost(queue.name, lost)
@@ -592,6 +595,7 @@ class QueueService:
         if row is None:
             self.events.lease_lost(queue.name, 1)
             raise LeaseLost()
+        self.events.extended(queue.name, 1)
         return Lease(
             visibility_timeout=visibility_timeout, lease_expires_at=row["lease_expires_at"]
         )
@@ -800,7 +804,7 @@ def _check_settling(delete: Sequence[str], extend: Sequence[tuple[str, int]]) ->
 
 
 def _acknowledged(
-    receipts: list[Receipt | InvalidReceiptHandle], deleted: AbstractSet[int]
+    receipts: list[Receipt | InvalidReceiptHandle], deleted: Deleted
 ) -> list[EntryError | None]:
     """Each acknowledgement's result: its message deleted (once: a handle given
     twice fails the second time), else lease_lost, or its handle's error."""

@@ -59,9 +59,9 @@ async def list_queues(
 
 
 @router.get("/{queue}", responses=responses("queue_not_found", "database_unavailable"))
-async def get_queue(queue: str, service: ServiceDep) -> QueueDetail:
+async def get_queue(queue: str, service: ServiceDep, request: Request) -> QueueDetail:
     found, stats = await service.queues.get_queue(queue)
-    return QueueDetail.with_stats(found, stats)
+    return QueueDetail.with_stats(found, stats, request.app.state.metrics.advice(queue))
 
 
 @router.patch("/{queue}", responses=responses("invalid_redrive_policy", "queue_not_found",
