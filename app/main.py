@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.api import problems
 from app.api.metrics import Metrics, QueueGauges
-from app.api.routes import health, keys, messages, queues, redrive
+from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi.access import AccessLog
 from app.asgi.lean import LeanApp
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
@@ -218,6 +218,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="A durable lease-based message queue on PostgreSQL with SQS semantics.",
         lifespan=lifespan,
+        # Served by app/api/routes/docs.py instead, with local assets (FastAPI's
+        # pages load theirs from a CDN).
+        docs_url=None,
+        redoc_url=None,
         # 413: the body limit below applies to every route.
         responses=problems.responses(413, 422, 500),
         generate_unique_id_function=problems.operation_id,
@@ -234,6 +238,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(redrive.router)
     app.include_router(keys.router)
     app.include_router(health.router)
+    app.include_router(docs.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
     app.include_router(sqs.router)
     if not settings.telemetry:
@@ -280,7 +285,7 @@ async def _refresh_metrics_forever(metrics: Metrics) -> None:
 
 def _open_paths(settings: Settings) -> frozenset[str]:
     """Paths served without an API key even when keys exist."""
-    paths = {"/healthz", "/readyz"}
+    paths = {"/healthz", "/readyz", *docs.ASSET_PATHS}
     if settings.open_metrics:
         paths.add("/metrics")
     if settings.open_docs:

@@ -32,6 +32,7 @@ from app.asgi.lean import Answer, Call
 from app.config import Settings
 from app.queue.models import EntryError, Lease, OutgoingMessage, ReceivedMessage
 from app.queue.service import QueueService
+from app.queue.tracecontext import TRACEPARENT, to_traceparent
 
 
 def _service(call: Call) -> QueueService:
@@ -115,10 +116,19 @@ async def receive_and_settle(call: Call) -> Answer:
     }))
 
 
+def _attributes(m: ReceivedMessage) -> dict[str, str]:
+    """A message's attributes; one sent through the SQS door with an AWSTraceHeader
+    shows its trace as the `traceparent` a REST worker continues."""
+    if m.trace_header is None or TRACEPARENT in m.attributes:
+        return m.attributes
+    traceparent = to_traceparent(m.trace_header)
+    return m.attributes if traceparent is None else {**m.attributes, TRACEPARENT: traceparent}
+
+
 def _received(m: ReceivedMessage) -> dict[str, Any]:
     # ReceivedOut's fields, in its order (app/api/schemas.py); FIFO's only on FIFO.
     out = {
-        "message_id": m.message_id, "body": m.body, "attributes": m.attributes,
+        "message_id": m.message_id, "body": m.body, "attributes": _attributes(m),
         "receipt_handle": m.receipt_handle, "receive_count": m.receive_count,
         "fencing_token": m.fencing_token, "lease_seconds": m.visibility_timeout,
         "lease_expires_at": m.lease_expires_at, "sent_at": m.sent_at,

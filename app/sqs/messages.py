@@ -12,8 +12,15 @@ from typing import Any
 
 from app.errors import InvalidReceiptHandle, LeaseLost, MessageTooLarge, MissingParameter
 from app.queue import limits
-from app.queue.models import EntryError, MessageAttribute, OutgoingMessage, SentMessage
+from app.queue.models import (
+    EntryError,
+    MessageAttribute,
+    OutgoingMessage,
+    ReceivedMessage,
+    SentMessage,
+)
 from app.queue.service import message_size
+from app.queue.tracecontext import TRACEPARENT, to_xray
 from app.sqs import md5
 from app.sqs.context import (
     Context,
@@ -152,6 +159,15 @@ def _trace_refused(detail: str) -> SqsError:
         f"The message system attribute '{md5.TRACE_HEADER}' is reserved for AWS X-Ray trace "
         f"header. {detail}",
     )
+
+
+def _trace_of(message: ReceivedMessage) -> str | None:
+    """Its AWSTraceHeader: the sender's, else its REST `traceparent` attribute in
+    X-Ray's form (None: it carries no trace)."""
+    if message.trace_header is not None:
+        return message.trace_header
+    traceparent = message.attributes.get(TRACEPARENT)
+    return None if traceparent is None else to_xray(traceparent)
 
 
 def _trace_header(value: Any) -> str | None:
@@ -454,7 +470,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             "MessageGroupId": message.group_id,  # these three: None on a standard queue
             "MessageDeduplicationId": message.deduplication_id,
             "SequenceNumber": message.sequence_number,
-            md5.TRACE_HEADER: message.trace_header,  # None unless the sender set one
+            md5.TRACE_HEADER: _trace_of(message),
         }
         chosen_system = {
             k: value for k in wanted_system if (value := system_values[k]) is not None

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from leaseq.tracing import TRACEPARENT, current_traceparent
+
 if TYPE_CHECKING:
     from leaseq.errors import ApiError
 
@@ -133,6 +135,16 @@ class OutgoingMessage:
     attributes: dict[str, str] = field(default_factory=dict)
     group: str | None = None
     deduplication_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # Made where the sender is: its current span is the message's trace
+        # (unless the sender set a traceparent of its own).
+        if TRACEPARENT not in self.attributes:
+            traceparent = current_traceparent()
+            if traceparent is not None:
+                object.__setattr__(
+                    self, "attributes", {**self.attributes, TRACEPARENT: traceparent}
+                )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"body": self.body}

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import enum
 import inspect
 import logging
@@ -57,6 +58,7 @@ from typing import Any, Literal
 
 import httpx
 
+from leaseq import tracing
 from leaseq.backoff import Backoff
 from leaseq.batching import MAX_BATCH
 from leaseq.client import AsyncClient, default_url
@@ -581,7 +583,20 @@ class Worker:
         beat_loop: asyncio.AbstractEventLoop,
         client: Callable[[], AsyncClient],
     ) -> tuple[str, BaseException | None]:
-        """Runs the handler; ('done' | 'cancelled' | 'failed', exception)."""
+        """Runs the handler, in the span that continues its message's trace;
+        ('done' | 'cancelled' | 'failed', exception)."""
+        with tracing.processing(self.queue, job.message) as span:
+            outcome, error = await self._run_in_span(job, beat_loop, client)
+            if outcome == "failed" and error is not None:
+                span.failed(error)
+        return outcome, error
+
+    async def _run_in_span(
+        self,
+        job: _Job,
+        beat_loop: asyncio.AbstractEventLoop,
+        client: Callable[[], AsyncClient],
+    ) -> tuple[str, BaseException | None]:
         loop = asyncio.get_running_loop()
         lease = job.lease
         if self.is_async:
@@ -605,8 +620,11 @@ class Worker:
         else:
             ctx = Context(job.message, self.queue, lease, beat_loop, client)
             future: asyncio.Future[Any] = loop.create_future()
+            # The thread runs in this task's context: the handler's span is current there.
+            context = contextvars.copy_context()
             thread = threading.Thread(
-                target=_call_in_thread, args=(self.handler, job.message, ctx, future, loop),
+                target=context.run,
+                args=(_call_in_thread, self.handler, job.message, ctx, future, loop),
                 name=f"leaseq-handler-{job.message.message_id}", daemon=True,
             )
             thread.start()
