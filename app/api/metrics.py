@@ -213,62 +213,72 @@ class Metrics(QueueEvents):
         self.leases = LeaseWatch()
         self._warned: dict[str, tuple[str, ...]] = {}
         self._exported: dict[tuple[str, str], int] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         if registry is not None:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
             registry.register(gauges)
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept: prometheus_client looks a child up under a
+        lock each time, which every request and every operation would pay."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, method: str, route: str, action: str | None, status: int,
                 seconds: float) -> None:
         """One answered request (the access log's hook)."""
         method = method if method in _METHODS else "OTHER"
-        self.requests.labels(method, route, str(status)).inc()
+        self._child(self.requests, method, route, str(status)).inc()
         if action is None:
-            self.latency.labels(method, route).observe(seconds)
+            self._child(self.latency, method, route).observe(seconds)
         else:
-            self.sqs_latency.labels(action).observe(seconds)
+            self._child(self.sqs_latency, action).observe(seconds)
 
     # -- the engine's events (QueueEvents) -----------------------------------
 
     def sent(self, queue: str, count: int) -> None:
-        self.sent_total.labels(queue).inc(count)
+        self._child(self.sent_total, queue).inc(count)
 
     def received(
         self, queue: str, count: int, lease: int, lapsed: int, waited: Sequence[float]
     ) -> None:
-        self.received_total.labels(queue).inc(count)
+        self._child(self.received_total, queue).inc(count)
         self.leases.of(queue).claimed(lease, lapsed)
         if lapsed:
-            self.redelivered_total.labels(queue).inc(lapsed)
+            self._child(self.redelivered_total, queue).inc(lapsed)
         if waited:
-            histogram = self.first_receive.labels(queue)
+            histogram = self._child(self.first_receive, queue)
             for seconds in waited:
                 histogram.observe(seconds)
 
     def empty_receive(self, queue: str) -> None:
-        self.empty_receives_total.labels(queue).inc()
+        self._child(self.empty_receives_total, queue).inc()
 
     def deleted(self, queue: str, count: int, held: Sequence[float]) -> None:
-        self.deleted_total.labels(queue).inc(count)
+        self._child(self.deleted_total, queue).inc(count)
         if held:
-            histogram = self.held.labels(queue)
+            histogram = self._child(self.held, queue)
             for seconds in held:
                 histogram.observe(seconds)
             self.leases.of(queue).held(list(held))
 
     def extended(self, queue: str, count: int) -> None:
-        self.extended_total.labels(queue).inc(count)
+        self._child(self.extended_total, queue).inc(count)
         self.leases.of(queue).beat(count)
 
     def released(self, queue: str, count: int) -> None:
-        self.released_total.labels(queue).inc(count)
+        self._child(self.released_total, queue).inc(count)
 
     def lease_lost(self, queue: str, count: int) -> None:
-        self.lease_lost_total.labels(queue).inc(count)
+        self._child(self.lease_lost_total, queue).inc(count)
 
     def dead_lettered(self, queue: str, count: int) -> None:
-        self.dead_lettered_total.labels(queue).inc(count)
+        self._child(self.dead_lettered_total, queue).inc(count)
 
     # -- exposition -----------------------------------------------------------
 
