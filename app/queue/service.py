@@ -10,11 +10,10 @@ through the connector, the cycle's array statements through group commit.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from app.config import Settings
 from app.db.connector import Connector, ConstraintViolation, Row, Session
@@ -22,30 +21,27 @@ from app.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
     LeaseLost,
-    MessageTooLarge,
-    MissingParameter,
     Overloaded,
-    QueueError,
     QueueNotFound,
 )
 from app.queue import grouped, limits, typed
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit, Statement, run_in
-from app.queue.grouped import Change, Deleted, FifoOutgoing, Handle, Outgoing
+from app.queue.grouped import Change, Deleted, Handle
 from app.queue.models import (
     EntryError,
     Lease,
     OutgoingMessage,
     PeekedMessage,
     Queue,
-    QueueAttributes,
     ReceivedMessage,
     Released,
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.receiving import Gone, Receive
+from app.queue.sending import accept, fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
 from app.queue.waiting import Ready, WaitHub
 
@@ -60,26 +56,6 @@ operators' browsing, not a way to make the service build a gigabyte answer."""
 
 PEEK_BODY_CHARS = 1024
 """Body characters a peek shows of each message unless it asks for more."""
-
-
-def message_size(message: OutgoingMessage) -> int:
-    """Bytes counted against max_message_bytes: the body and the attributes, as SQS
-    (typed ones count their data type too; flat REST ones their name and value).
-    A trace header is not counted: SQS leaves system attributes out of the size."""
-    size = len(message.body.encode("utf-8"))
-    if message.typed_attributes is not None:
-        return size + sum(typed.size(k, v) for k, v in message.typed_attributes.items())
-    for key, value in message.attributes.items():
-        size += len(key.encode("utf-8")) + len(value.encode("utf-8"))
-    return size
-
-
-def _stored_attributes(message: OutgoingMessage) -> tuple[str, str | None]:
-    """The `attributes` and `attribute_types` columns of a message, as JSON."""
-    if message.typed_attributes is None:
-        return (json.dumps(message.attributes) if message.attributes else "{}"), None
-    flat, types = typed.split(message.typed_attributes)
-    return json.dumps(flat), types
 
 
 class QueueService:
@@ -180,7 +156,7 @@ class QueueService:
         queue = await self.queues.find(name)
         if queue.attributes.fifo:
             return await self._send_fifo(queue, messages)
-        results, accepted, outgoing = _accept(queue, messages, _standard_outgoing)
+        results, accepted, outgoing = accept(queue, messages, standard_outgoing)
         if outgoing:
             rows = await self.group.run(
                 grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
@@ -197,7 +173,7 @@ class QueueService:
         self, queue: Queue, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
         """send for a FIFO queue: every message in a group, deduplicated."""
-        results, accepted, outgoing = _accept(queue, messages, _fifo_outgoing)
+        results, accepted, outgoing = accept(queue, messages, fifo_outgoing)
         if outgoing:
             delay = queue.attributes.delay
             rows = await self.group.run(grouped.SEND_FIFO, (queue.id, delay), outgoing)
@@ -678,97 +654,6 @@ class QueueService:
     async def _sweep_round(self, batch: int) -> int:
         async with self._db.session() as session:
             return await session.execute(Q.sweep_expired, {"limit": batch})
-
-
-_Out = TypeVar("_Out")
-
-
-def _accept(
-    queue: Queue,
-    messages: Sequence[OutgoingMessage],
-    prepare: Callable[[QueueAttributes, OutgoingMessage], _Out],
-) -> tuple[list[SentMessage | EntryError | None], list[int], list[_Out]]:
-    """Each message checked and prepared for its INSERT: a result per message
-    (an entry's error, or None until the INSERT fills it in), the indexes of the
-    accepted ones and what the INSERT takes of them."""
-    results: list[SentMessage | EntryError | None] = []
-    accepted: list[int] = []
-    outgoing: list[_Out] = []
-    for index, message in enumerate(messages):
-        try:
-            if message_size(message) > queue.attributes.max_message_bytes:
-                raise MessageTooLarge(
-                    f"Message is larger than the queue's max_message_bytes "
-                    f"({queue.attributes.max_message_bytes})."
-                )
-            outgoing.append(prepare(queue.attributes, message))
-        except QueueError as exc:
-            results.append(EntryError(exc))
-            continue
-        results.append(None)
-        accepted.append(index)
-    return results, accepted, outgoing
-
-
-def _standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Outgoing:
-    """A message for a standard queue, checked."""
-    if message.delay is not None:
-        check_range("delay", message.delay, limits.DELAY)
-    if message.group_id is not None or message.deduplication_id is not None:
-        raise InvalidParameter(
-            "group and deduplication_id are for FIFO queues; this queue is a standard one."
-        )
-    flat, types = _stored_attributes(message)
-    return Outgoing(
-        body=message.body,
-        attributes=flat,
-        attribute_types=types,
-        sender_id=message.sender_id,
-        delay=attributes.delay if message.delay is None else message.delay,
-        not_before=message.not_before,
-        trace_header=message.trace_header,
-    )
-
-
-def _fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> FifoOutgoing:
-    """A message for a FIFO queue, checked as SQS checks it."""
-    if message.delay is not None or message.not_before is not None:
-        raise InvalidParameter(
-            "A message sent to a FIFO queue has no delay of its own (the queue's delay "
-            "applies to every message): leave out delay and not_before."
-        )
-    group = message.group_id
-    if group is None:
-        raise MissingParameter("group", "A message sent to a FIFO queue needs a group.")
-    if not limits.FIFO_ID.fullmatch(group):
-        raise InvalidParameter(
-            "group must be 1-128 letters, digits and punctuation (!\"#$%&'()*+,-./:;<=>?@"
-            "[\\]^_`{|}~)."
-        )
-    deduplication_id = message.deduplication_id
-    if deduplication_id is None:
-        if not attributes.content_based_deduplication:
-            raise MissingParameter(
-                "deduplication_id",
-                "This FIFO queue has no content-based deduplication: a message sent to it "
-                "needs a deduplication_id.",
-            )
-        deduplication_id = hashlib.sha256(message.body.encode("utf-8")).hexdigest()
-    elif not limits.FIFO_ID.fullmatch(deduplication_id):
-        raise InvalidParameter(
-            "deduplication_id must be 1-128 letters, digits and punctuation."
-        )
-    flat, types = _stored_attributes(message)
-    return FifoOutgoing(
-        body=message.body,
-        attributes=flat,
-        attribute_types=types,
-        sender_id=message.sender_id,
-        group_id=group,
-        scope=group if attributes.deduplication_scope == "message_group" else "",
-        deduplication_id=deduplication_id,
-        trace_header=message.trace_header,
-    )
 
 
 def _fifo_fields(row: Row) -> dict[str, Any]:

@@ -11,10 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.sqs.attributes import (
-    add_permission,
     get_queue_attributes,
     list_queue_tags,
-    remove_permission,
     set_queue_attributes,
     tag_queue,
     untag_queue,
@@ -34,6 +32,7 @@ from app.sqs.move_tasks import (
     list_message_move_tasks,
     start_message_move_task,
 )
+from app.sqs.permissions import add_permission, remove_permission
 from app.sqs.queues import (
     create_queue,
     delete_queue,

@@ -19,7 +19,7 @@ from app.queue.models import (
     ReceivedMessage,
     SentMessage,
 )
-from app.queue.service import message_size
+from app.queue.sending import message_size
 from app.queue.tracecontext import TRACEPARENT, to_xray
 from app.sqs import md5
 from app.sqs.context import (
