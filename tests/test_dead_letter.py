@@ -449,3 +449,42 @@ async def test_a_task_whose_runner_died_is_taken_over_and_finished(
         "GROUP BY q.name"
     ))
     assert counts == {"dlq": 0, "elsewhere": 50}
+
+
+async def test_deleting_a_destination_waits_for_a_running_batch_instead_of_deadlocking(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await make_queue(client, "dlq")
+    await make_queue(client, "elsewhere")
+    await client.post("/v1/queues/dlq/messages",
+                      json={"messages": [{"body": str(i)} for i in range(5)]})
+    started = await client.post(
+        "/v1/queues/dlq/redrive", json={"destination": "elsewhere", "max_per_second": 1}
+    )
+    task_id = started.json()["task_id"]
+    destination = await db.fetchval("SELECT id FROM queues WHERE name = 'elsewhere'")
+    # A batch's locks, taken by hand: the task first, then (moving a row into the
+    # destination) the destination's queue row, which the foreign key checks.
+    async with db.transaction():
+        await db.execute("SELECT 1 FROM redrive_tasks WHERE id = $1 FOR UPDATE", task_id)
+        deleting = asyncio.create_task(client.delete("/v1/queues/elsewhere"))
+
+        async def delete_waits() -> bool:
+            return bool(await db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() AND pid <> pg_backend_pid()"))
+
+        await eventually(delete_waits)
+        # Had the delete locked the destination first, this would deadlock with it.
+        moved = await db.execute(
+            "UPDATE messages SET queue_id = $1 WHERE id = "
+            "(SELECT min(id) FROM messages WHERE queue_id = "
+            " (SELECT id FROM queues WHERE name = 'dlq'))", destination)
+        assert moved == "UPDATE 1"
+    assert (await deleting).status_code == 204
+
+    async def failed() -> bool:
+        task = (await client.get(f"/v1/redrive-tasks/{task_id}")).json()
+        return bool(task["status"] == "failed")
+
+    await eventually(failed)

@@ -291,6 +291,7 @@ class QueueCatalog:
                         f"{', '.join(row['name'] for row in rows)}; "
                         f"change their redrive policy first."
                     )
+                await session.fetch(Q.lock_redrive_tasks_of_queue, {"queue_id": queue.id})
                 await session.execute(Q.delete_queue, {"name": name})
                 # Every process forgets it, and its waiting receivers stop waiting.
                 await _announce_change(session, queue.id)

@@ -126,6 +126,16 @@ LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 -- Queues that name this one as their dead-letter queue.
 SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 
+-- name: lock_redrive_tasks_of_queue
+-- Before a queue is deleted: the redrive tasks moving from or to it, locked
+-- first. A redrive batch locks its task, then (moving rows between queues) the
+-- queues' rows; the delete takes the same locks in the same order, so it waits
+-- for a running batch instead of deadlocking with it.
+SELECT id FROM redrive_tasks
+WHERE source_queue_id = :queue_id OR destination_queue_id = :queue_id
+ORDER BY id
+FOR UPDATE;
+
 -- name: delete_queue
 -- Deletes a queue; its messages go with it (ON DELETE CASCADE).
 DELETE FROM queues WHERE name = :name RETURNING id;
