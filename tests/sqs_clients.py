@@ -21,6 +21,7 @@ import boto3
 import botocore.session
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 ACCOUNT = "000000000000"
 QUERY_BOTOCORE = "1.31.0"
@@ -86,6 +87,14 @@ def client(
 async def run(call: Callable[..., Any], /, **kwargs: Any) -> Any:
     """A blocking client call, off the event loop that serves it."""
     return await asyncio.to_thread(partial(call, **kwargs))
+
+
+async def refusal(call: Callable[..., Any], /, **kwargs: Any) -> tuple[str, str]:
+    """(code, message) of a call that must fail."""
+    with pytest.raises(ClientError) as info:
+        await run(call, **kwargs)
+    error = info.value.response["Error"]
+    return str(error["Code"]), str(error["Message"])
 
 
 def reference_md5_of_attributes(attributes: dict[str, dict[str, Any]]) -> str:

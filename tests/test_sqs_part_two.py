@@ -12,9 +12,8 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from botocore.exceptions import ClientError
 from conftest import ServeApp
-from sqs_clients import ACCOUNT, client, reference_md5_of_attributes, run
+from sqs_clients import ACCOUNT, client, reference_md5_of_attributes, refusal, run
 
 PROTOCOLS = ["json", "query"]
 NO_QUEUE = {
@@ -31,14 +30,6 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def sqs(protocol: str, served: tuple[str, Any]) -> Any:
     return client(served[0], protocol)
-
-
-async def refusal(call: Any, **kwargs: Any) -> tuple[str, str]:
-    """(code, message) of a call that must fail."""
-    with pytest.raises(ClientError) as info:
-        await run(call, **kwargs)
-    error = info.value.response["Error"]
-    return str(error["Code"]), str(error["Message"])
 
 
 ATTRIBUTES = {

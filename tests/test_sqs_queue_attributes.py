@@ -10,8 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from sqs_clients import ACCOUNT, client, run
+from sqs_clients import ACCOUNT, client, refusal, run
 
 PROTOCOLS = ["json", "query"]
 ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}"
@@ -40,14 +39,6 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def sqs(protocol: str, served: tuple[str, Any]) -> Any:
     return client(served[0], protocol)
-
-
-async def refusal(call: Any, **kwargs: Any) -> tuple[str, str]:
-    """(code, message) of a call that must fail."""
-    with pytest.raises(ClientError) as info:
-        await run(call, **kwargs)
-    error = info.value.response["Error"]
-    return str(error["Code"]), str(error["Message"])
 
 
 async def everything(sqs: Any, url: str) -> dict[str, str]:

@@ -10,8 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from sqs_clients import client, reference_md5_of_attributes, run
+from sqs_clients import client, reference_md5_of_attributes, refusal, run
 
 PROTOCOLS = ["json", "query"]
 TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
@@ -28,14 +27,6 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def sqs(protocol: str, served: tuple[str, Any]) -> Any:
     return client(served[0], protocol)
-
-
-async def refusal(call: Any, **kwargs: Any) -> tuple[str, str]:
-    """(code, message) of a call that must fail."""
-    with pytest.raises(ClientError) as info:
-        await run(call, **kwargs)
-    error = info.value.response["Error"]
-    return str(error["Code"]), str(error["Message"])
 
 
 async def receive_one(sqs: Any, url: str, **kwargs: Any) -> dict[str, Any]:

@@ -111,16 +111,8 @@ def parse(
             f"Authorization header requires {ALGORITHM} with Credential, SignedHeaders "
             f"and Signature.",
         )
-    scope = _CREDENTIAL.match(match["credential"])
-    if scope is None:
-        raise SqsError("IncompleteSignature", "The credential scope is malformed.")
-    if scope["service"] != "sqs":
-        raise SqsError("SignatureDoesNotMatch", "The credential scope must name service sqs.")
     amz_date = _header(by_name, "x-amz-date")
-    if not _AMZ_DATE.fullmatch(amz_date) or not amz_date.startswith(scope["date"]):
-        raise SqsError(
-            "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
-        )
+    scope = _scope(match["credential"], amz_date)
     if abs(now - _signed_at(amz_date)) > MAX_SKEW:
         raise _expired(amz_date, now)
     signed = match["signed"].split(";")
@@ -138,6 +130,21 @@ def parse(
         service=scope["service"], signed_headers=match["signed"],
         signature=match["signature"], amz_date=amz_date,
     )
+
+
+def _scope(credential: str, amz_date: str) -> re.Match[str]:
+    """The credential's scope (KEY/DATE/REGION/sqs/aws4_request), checked with the
+    X-Amz-Date that must fall on its day: the same for a header and a presigned URL."""
+    scope = _CREDENTIAL.match(credential)
+    if scope is None:
+        raise SqsError("IncompleteSignature", "The credential scope is malformed.")
+    if scope["service"] != "sqs":
+        raise SqsError("SignatureDoesNotMatch", "The credential scope must name service sqs.")
+    if not _AMZ_DATE.fullmatch(amz_date) or not amz_date.startswith(scope["date"]):
+        raise SqsError(
+            "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
+        )
+    return scope
 
 
 def _signed_at(amz_date: str) -> datetime:
@@ -177,16 +184,8 @@ def _parse_presigned(query_string: str, *, now: datetime) -> Signed:
         )
     if given["X-Amz-Algorithm"] != ALGORITHM:
         raise SqsError("IncompleteSignature", f"X-Amz-Algorithm must be {ALGORITHM}.")
-    scope = _CREDENTIAL.match(given["X-Amz-Credential"])
-    if scope is None:
-        raise SqsError("IncompleteSignature", "The credential scope is malformed.")
-    if scope["service"] != "sqs":
-        raise SqsError("SignatureDoesNotMatch", "The credential scope must name service sqs.")
     amz_date = given["X-Amz-Date"]
-    if not _AMZ_DATE.fullmatch(amz_date) or not amz_date.startswith(scope["date"]):
-        raise SqsError(
-            "IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ of the credential's day."
-        )
+    scope = _scope(given["X-Amz-Credential"], amz_date)
     expires = given["X-Amz-Expires"]
     if not expires.isdigit() or not 1 <= int(expires) <= MAX_EXPIRES:
         raise SqsError(
