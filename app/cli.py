@@ -134,7 +134,7 @@ def _migrate() -> int:
     if settings.database_url is None:
         print("leaseq migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
         return 2
-    upgrade(settings.database_url)
+    upgrade(settings.listen_url or settings.database_url)
     return 0
 
 
@@ -160,7 +160,9 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["DATABASE_URL"] = embedded.start()
             settings = Settings()
         assert settings.database_url is not None
-        upgrade(settings.database_url)
+        # Alembic holds a session-level advisory lock while it migrates: on the
+        # direct connection, which a PgBouncer in transaction mode is not.
+        upgrade(settings.listen_url or settings.database_url)
         refusal = _unsafe_to_serve(settings, insecure=args.insecure, embedded=embedded)
         if refusal:
             print(f"leaseq serve: {refusal}", file=sys.stderr)

@@ -11,10 +11,13 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_MESSAGE_BYTES = 1_048_576  # the largest max_message_bytes (app/queue/limits.py)
+
+PgBouncerMode = Literal["off", "session", "transaction"]
+"""LEASEQ_PGBOUNCER: the pool mode of a PgBouncer in front of DATABASE_URL (docs/deploy.md)."""
 
 
 def parse_credentials(text: str) -> dict[str, str]:
@@ -55,6 +58,19 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("DATABASE_URL", "LEASEQ_DATABASE_URL"),
         description="PostgreSQL to use; unset means an embedded server in data_dir.",
+    )
+    listen_url: str | None = Field(
+        default=None,
+        description="A direct connection to the same database for the LISTEN connection "
+        "(a LISTEN needs a server session of its own, which PgBouncer's transaction "
+        "pooling does not give); unset: DATABASE_URL.",
+    )
+    pgbouncer: PgBouncerMode = Field(
+        default="off",
+        description="The PgBouncer pool mode DATABASE_URL goes through (docs/deploy.md). "
+        "`session`: plan_cache_mode is SET after connecting instead of sent as a startup "
+        "parameter, which PgBouncer refuses; `transaction`: also no prepared statement "
+        "outlives its transaction (asyncpg's and SQLAlchemy's statement caches off).",
     )
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port to listen on.")
@@ -235,6 +251,26 @@ class Settings(BaseSettings):
         if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
             raise ValueError("DATABASE_URL must be a postgresql:// URL")
         return value
+
+    @field_validator("listen_url")
+    @classmethod
+    def _listen_postgres_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
+            raise ValueError("LEASEQ_LISTEN_URL must be a postgresql:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _transaction_pooling_listens_directly(self) -> Settings:
+        # Through transaction pooling a LISTEN stays on whichever server
+        # connection ran it, and the notifications go nowhere, silently.
+        if self.pgbouncer == "transaction" and self.listen_url is None:
+            raise ValueError(
+                "LEASEQ_PGBOUNCER=transaction needs LEASEQ_LISTEN_URL: a direct "
+                "connection for LISTEN, which transaction pooling cannot carry"
+            )
+        return self
 
     def request_limit(self) -> int:
         """The largest request body: a full batch of the largest messages, plus

@@ -130,18 +130,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         planned, cached = split_pool(settings.pool_size)
         engine = create_engine(
-            database_url, pool_size=planned, pool_timeout=settings.pool_wait_seconds
+            database_url, pool_size=planned, pool_timeout=settings.pool_wait_seconds,
+            pgbouncer=settings.pgbouncer,
         )
         cached_engine = None if not cached else create_engine(
             database_url, pool_size=cached, pool_timeout=settings.pool_wait_seconds,
-            cached_plans=True,
+            cached_plans=True, pgbouncer=settings.pgbouncer,
         )
         hub = WaitHub(
             max_waiters=settings.max_waiters,
             max_waiters_per_queue=settings.max_waiters_per_queue,
         )
         db = Connector(engine, cached_engine)
-        listener = Listener(database_url, hub)
+        listener = Listener(settings.listen_url or database_url, hub)
         master = settings.master_secret()
         keyring = ReceiptKeyring(db, legacy=master)
         catalog = QueueCatalog(db, hub)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.config import Settings, get_settings
+from app.config import PgBouncerMode, Settings, get_settings
 
 
 def asyncpg_url(url: str) -> str:
@@ -53,14 +57,55 @@ def split_pool(pool_size: int) -> tuple[int, int]:
     return pool_size - cached, cached
 
 
+def _statement_name() -> str:
+    # SQLAlchemy's own statements (its first-connect checks, Alembic's) are
+    # named prepared statements even with its cache off; asyncpg numbers them
+    # per process, so behind PgBouncer two processes' __asyncpg_stmt_1__ would
+    # meet on one server connection ("already exists").
+    return f"__leaseq_{uuid.uuid4().hex}__"
+
+
+def connect_args(*, cached_plans: bool, pgbouncer: PgBouncerMode) -> dict[str, Any]:
+    """What asyncpg connects with, for LEASEQ_PGBOUNCER (docs/deploy.md).
+
+    `off`: the server settings are startup parameters. Behind PgBouncer (any
+    mode) only application_name may be: it refuses every startup parameter it
+    does not track ("unsupported startup parameter: plan_cache_mode"), so in
+    `session` mode plan_cache_mode is SET once connected (see create_engine).
+    `transaction`: a client's next transaction may run on another server
+    connection, so nothing may be prepared for later: asyncpg's statement cache
+    is off, which makes it run every statement as the unnamed statement, parsed,
+    bound and executed in one round (one Sync: PgBouncer keeps the server
+    connection in between). plan_cache_mode is not needed then: an unnamed
+    statement is planned for its parameters on every execution, what
+    force_custom_plan asks for; the cached-plan pool keeps no plans either."""
+    server_settings = CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS
+    if pgbouncer == "off":
+        return {"server_settings": server_settings}
+    args: dict[str, Any] = {
+        "server_settings": {"application_name": server_settings["application_name"]}
+    }
+    if pgbouncer == "transaction":
+        args.update(
+            statement_cache_size=0,
+            prepared_statement_cache_size=0,
+            prepared_statement_name_func=_statement_name,
+        )
+    return args
+
+
 def create_engine(
     url: str,
     *,
     pool_size: int,
     pool_timeout: float = Settings.model_fields["pool_wait_seconds"].default,
     cached_plans: bool = False,
+    pgbouncer: PgBouncerMode | None = None,
 ) -> AsyncEngine:
-    return create_async_engine(
+    """`pgbouncer`: the pool mode of a PgBouncer between us and PostgreSQL;
+    None reads LEASEQ_PGBOUNCER."""
+    mode = get_settings().pgbouncer if pgbouncer is None else pgbouncer
+    engine = create_async_engine(
         asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=0,
@@ -68,7 +113,19 @@ def create_engine(
         # No connection free for this long means the pool is starved; failing
         # fast as 503 beats a request hanging on it (app/queue/catalog.py).
         pool_timeout=pool_timeout,
-        connect_args={
-            "server_settings": CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS
-        },
+        connect_args=connect_args(cached_plans=cached_plans, pgbouncer=mode),
     )
+    if mode == "session":
+        # The client keeps its server connection until it disconnects (PgBouncer
+        # then resets it), so a SET lasts as long as the connection.
+        plan_cache_mode = (CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS)[
+            "plan_cache_mode"
+        ]
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _set_plan_cache_mode(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.run_async(
+                lambda driver: driver.execute(f"SET plan_cache_mode = {plan_cache_mode}")
+            )
+
+    return engine
