@@ -216,6 +216,39 @@ async def test_a_standard_queue_refuses_fifo_fields(client: httpx.AsyncClient) -
     assert same.status_code == 200, same.text
 
 
+async def test_per_message_group_throughput_needs_the_message_group_scope(
+    client: httpx.AsyncClient,
+) -> None:
+    def refused_by_the_rule(response: httpx.Response) -> None:
+        assert response.status_code == 422, response.text
+        assert response.json()["code"] == "validation_error"
+        assert "per_message_group_id" in response.json()["detail"]
+        assert "message_group" in response.json()["detail"]
+
+    for scope in ({}, {"deduplication_scope": "queue"}):
+        refused_by_the_rule(await client.post("/v1/queues", json={
+            "name": "fast.fifo", "fifo": True, "fifo_throughput_limit": "per_message_group_id",
+            **scope,
+        }))
+    assert (await client.get("/v1/queues/fast.fifo")).status_code == 404
+    # A PATCH is judged with the queue's other values.
+    queue = await fifo_queue(client)
+    url = f"/v1/queues/{queue}"
+    refused_by_the_rule(
+        await client.patch(url, json={"fifo_throughput_limit": "per_message_group_id"})
+    )
+    for change in ({"deduplication_scope": "message_group"},
+                   {"fifo_throughput_limit": "per_message_group_id"}):
+        patched = await client.patch(url, json=change)
+        assert patched.status_code == 200, patched.text
+    refused_by_the_rule(await client.patch(url, json={"deduplication_scope": "queue"}))
+    other = await client.patch(url, json={"visibility_timeout": 60})
+    assert other.status_code == 200, other.text
+    attributes = other.json()["attributes"]
+    assert (attributes["deduplication_scope"], attributes["fifo_throughput_limit"]) == (
+        "message_group", "per_message_group_id")
+
+
 async def test_fifo_is_fixed_and_named_by_its_suffix(client: httpx.AsyncClient) -> None:
     no_suffix = await client.post("/v1/queues", json={"name": "orders", "fifo": True})
     assert no_suffix.status_code == 422, no_suffix.text
@@ -367,6 +400,77 @@ async def test_a_standard_dead_letter_queue_cannot_be_redriven_into_a_fifo_queue
         "/v1/queues/plain-dlq/redrive", json={"destination": "orders.fifo"}
     )
     assert refused.status_code == 422, refused.text
+
+
+async def test_a_rest_receive_retried_with_its_attempt_id_answers_the_same_messages(
+    client: httpx.AsyncClient,
+) -> None:
+    queue = await fifo_queue(client)
+    for n in range(3):
+        await send_fifo(client, queue, f"m{n}", "G")
+    await send_fifo(client, queue, "other", "H")
+    url = f"/v1/queues/{queue}/receive"
+    first = await receive(client, queue, max=3, attempt_id="try-1")
+    assert [m["body"] for m in first] == ["m0", "m1", "m2"]
+    # Retried, on GET or on POST: the same messages, the same receipt handles.
+    again = await receive(client, queue, max=3, attempt_id="try-1")
+    posted = await client.post(url, json={"max": 3, "attempt_id": "try-1"})
+    assert posted.status_code == 200, posted.text
+    for retried in (again, posted.json()["messages"]):
+        assert [m["receipt_handle"] for m in retried] == [m["receipt_handle"] for m in first]
+    # Another attempt id is another receive: group G is in flight, so H's message.
+    (other,) = await receive(client, queue, max=3, attempt_id="try-2")
+    assert other["body"] == "other"
+    assert await receive(client, queue, max=3, attempt_id="try-3") == []
+    # A POST settles first: acknowledged, m0 is no longer answered by the retry.
+    settled = await client.post(url, json={
+        "max": 3, "attempt_id": "try-1", "delete": [first[0]["receipt_handle"]],
+    })
+    assert settled.status_code == 200, settled.text
+    assert settled.json()["deleted"] == [{"ok": True}]
+    assert [m["body"] for m in settled.json()["messages"]] == ["m1", "m2"]
+    # Checked as SQS checks ReceiveRequestAttemptId; before anything is settled.
+    for bad in ("", "x" * 129, "no spaces", "é"):
+        refused = await client.get(url, params={"attempt_id": bad})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "validation_error"
+        assert "attempt_id" in refused.json()["detail"]
+    refused = await client.post(url, json={
+        "attempt_id": "no spaces", "delete": [first[1]["receipt_handle"]],
+    })
+    assert refused.status_code == 422, refused.text
+    assert [m["body"] for m in await receive(client, queue, max=3, attempt_id="try-1")] == [
+        "m1", "m2"]
+    assert await receive(client, queue, attempt_id="!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~") == []
+
+
+async def test_a_standard_queue_ignores_the_attempt_id(client: httpx.AsyncClient) -> None:
+    queue = await make_queue(client, "plain")
+    for n in range(2):
+        sent = await client.post(f"/v1/queues/{queue}/messages", json={"body": f"m{n}"})
+        assert sent.status_code == 201, sent.text
+    (first,) = await receive(client, queue, attempt_id="same")
+    (second,) = await receive(client, queue, attempt_id="same")
+    assert first["message_id"] != second["message_id"]
+    # Not checked either, as SQS.
+    posted = await client.post(f"/v1/queues/{queue}/receive", json={"attempt_id": "no spaces"})
+    assert posted.status_code == 200, posted.text
+
+
+async def test_the_python_client_sends_the_attempt_id(served: tuple[str, Any]) -> None:
+    from leaseq import AsyncClient
+
+    async with AsyncClient(served[0]) as api:
+        await api.create_queue("orders.fifo", fifo=True)
+        for n in range(2):
+            await api.send("orders.fifo", f"m{n}", group="G", deduplication_id=f"m{n}")
+        first = await api.receive("orders.fifo", max=2, attempt_id="a")
+        again = await api.receive("orders.fifo", max=2, attempt_id="a")
+        assert [m.receipt_handle for m in again] == [m.receipt_handle for m in first]
+        settled = await api.receive_settling("orders.fifo", max=2, attempt_id="a")
+        assert [m.receipt_handle for m in settled.messages] == [
+            m.receipt_handle for m in first]
+        assert await api.receive("orders.fifo", max=2, attempt_id="b") == []
 
 
 async def test_expired_deduplication_ids_and_attempts_are_swept(

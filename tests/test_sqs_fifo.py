@@ -200,6 +200,39 @@ async def test_queue_attribute_errors(sqs: Any) -> None:
     assert "Messages" not in await run(sqs.receive_message, QueueUrl=standard)
 
 
+async def test_per_message_group_throughput_needs_the_message_group_scope(sqs: Any) -> None:
+    rule = ("InvalidAttributeValue", "Invalid value for the parameter FifoThroughputLimit. "
+            "Reason: The perMessageGroupId value is allowed only when the value for "
+            "DeduplicationScope is messageGroup.")
+    # Created with it alone (the scope is queue by default) or with the queue scope.
+    assert await refused(sqs.create_queue, QueueName="fast.fifo", Attributes={
+        "FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId",
+    }) == rule
+    assert await refused(sqs.create_queue, QueueName="fast.fifo", Attributes={
+        "FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId",
+        "DeduplicationScope": "queue",
+    }) == rule
+    assert not (await run(sqs.list_queues)).get("QueueUrls")  # nothing was created
+    # Set on a queue whose scope is queue; judged with the queue's other values.
+    url = await fifo_queue(sqs)
+    assert await refused(sqs.set_queue_attributes, QueueUrl=url,
+                         Attributes={"FifoThroughputLimit": "perMessageGroupId"}) == rule
+    await run(sqs.set_queue_attributes, QueueUrl=url,
+              Attributes={"DeduplicationScope": "messageGroup"})
+    await run(sqs.set_queue_attributes, QueueUrl=url,
+              Attributes={"FifoThroughputLimit": "perMessageGroupId"})
+    # The scope cannot go back to queue while the limit is per message group.
+    assert await refused(sqs.set_queue_attributes, QueueUrl=url,
+                         Attributes={"DeduplicationScope": "queue"}) == rule
+    await run(sqs.set_queue_attributes, QueueUrl=url, Attributes={
+        "DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue",
+    })
+    attributes = (await run(sqs.get_queue_attributes, QueueUrl=url,
+                            AttributeNames=["All"]))["Attributes"]
+    assert (attributes["DeduplicationScope"], attributes["FifoThroughputLimit"]) == (
+        "queue", "perQueue")
+
+
 async def test_dead_letter_queues_keep_their_type(sqs: Any) -> None:
     fifo_dlq = await fifo_queue(sqs, "dead.fifo")
     standard_dlq = (await run(sqs.create_queue, QueueName="dead"))["QueueUrl"]

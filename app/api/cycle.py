@@ -30,8 +30,10 @@ from app.api.schemas import (
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import Answer, Call
 from app.config import Settings
+from app.errors import InvalidParameter
+from app.queue import limits
 from app.queue.models import EntryError, Lease, OutgoingMessage, ReceivedMessage
-from app.queue.service import QueueService
+from app.queue.service import QueueService, Settled
 from app.queue.tracecontext import TRACEPARENT, to_traceparent
 
 
@@ -84,13 +86,26 @@ async def send(call: Call) -> Answer:
 _receive_query = QueryOf(ReceiveQuery)
 
 
+def _attempt_id(queue: str, attempt_id: str | None) -> str | None:
+    """A receive request attempt id, checked, for a FIFO queue (only a FIFO
+    queue's name ends in .fifo); a standard queue ignores it, as SQS does."""
+    if attempt_id is None or not queue.endswith(limits.FIFO_SUFFIX):
+        return None
+    if not limits.FIFO_ID.fullmatch(attempt_id):
+        raise InvalidParameter("attempt_id is 1-128 letters, digits and ASCII punctuation.")
+    return attempt_id
+
+
 @answering_problems
 async def receive(call: Call) -> Answer:
     query: ReceiveQuery = _receive_query.decode(call)
+    queue = call.params["queue"]
+    attempt_id = _attempt_id(queue, query.attempt_id)
     async with client_gone(call.receive) as gone:
         received = await _service(call).receive(
-            call.params["queue"], max_messages=query.max,
+            queue, max_messages=query.max,
             visibility_timeout=query.visibility_timeout, wait=query.wait, gone=gone,
+            attempt_id=attempt_id,
         )
     return Answer(200, to_json({"messages": [_received(m) for m in received]}))
 
@@ -103,12 +118,23 @@ async def receive_and_settle(call: Call) -> Answer:
     body: ReceiveIn = _receive_body.decode(call)
     check_batch(len(body.delete), _settings(call))
     check_batch(len(body.extend), _settings(call))
+    queue = call.params["queue"]
+    attempt_id = _attempt_id(queue, body.attempt_id)  # refused before anything is settled
+    service = _service(call)
+    extend = [(e.receipt_handle, e.timeout) for e in body.extend]
     async with client_gone(call.receive) as gone:
-        settled = await _service(call).settle_and_receive(
-            call.params["queue"], body.delete, [(e.receipt_handle, e.timeout) for e in body.extend],
-            max_messages=body.max, visibility_timeout=body.visibility_timeout,
-            wait=body.wait, gone=gone,
-        )
+        if attempt_id is None:
+            settled = await service.settle_and_receive(
+                queue, body.delete, extend, max_messages=body.max,
+                visibility_timeout=body.visibility_timeout, wait=body.wait, gone=gone,
+            )
+        else:
+            # settle_and_receive's path for a FIFO queue, the receive with its attempt id.
+            deleted, extended = await service.settle(queue, body.delete, extend)
+            settled = Settled(deleted, extended, await service.receive(
+                queue, max_messages=body.max, visibility_timeout=body.visibility_timeout,
+                wait=body.wait, gone=gone, attempt_id=attempt_id,
+            ))
     return Answer(200, to_json({
         "messages": [_received(m) for m in settled.received],
         "deleted": _deleted(settled.deleted),

@@ -426,6 +426,13 @@ class ReceiveQuery(BaseModel):
         default=None, ge=limits.RECEIVE_WAIT[0], le=limits.RECEIVE_WAIT[1],
         description="Seconds to wait for a message; default the queue's receive_wait.",
     )
+    attempt_id: str | None = Field(
+        default=None,
+        description="FIFO queues: a receive retried with the same id within five minutes "
+        "answers the same messages and receipt handles while they are still in flight "
+        "for it (SQS's ReceiveRequestAttemptId); 1-128 letters, digits and punctuation. "
+        "A standard queue ignores it, checked or not (as SQS).",
+    )
 
 
 class ReceiveIn(_Strict):
@@ -440,6 +447,13 @@ class ReceiveIn(_Strict):
     visibility_timeout: int | None = Field(
         default=None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
         strict=True,
+    )
+    attempt_id: str | None = Field(
+        default=None,
+        description="FIFO queues: a receive retried with the same id within five minutes "
+        "answers the same messages and receipt handles while they are still in flight "
+        "for it (SQS's ReceiveRequestAttemptId); 1-128 letters, digits and punctuation. "
+        "A standard queue ignores it, checked or not (as SQS).",
     )
     delete: list[str] = Field(
         default_factory=list, max_length=limits.MAX_BATCH,

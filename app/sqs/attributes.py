@@ -9,6 +9,7 @@ from typing import Any
 
 from app.errors import InvalidRedrivePolicy, QueueError
 from app.queue import limits
+from app.queue.attributes import THROUGHPUT_NEEDS_GROUP_SCOPE
 from app.queue.catalog import KMS_DATA_KEY_REUSE_PERIOD
 from app.queue.models import Queue, QueueStats
 from app.sqs.context import (
@@ -257,6 +258,13 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
 
 def attribute_error(exc: QueueError) -> SqsError:
     error = from_engine(exc)
+    if exc.detail == THROUGHPUT_NEEDS_GROUP_SCOPE:
+        return SqsError(
+            "InvalidAttributeValue",
+            "Invalid value for the parameter FifoThroughputLimit. Reason: The "
+            "perMessageGroupId value is allowed only when the value for DeduplicationScope "
+            "is messageGroup.",
+        )
     if error.name == "InvalidParameterValue" and not isinstance(exc, InvalidRedrivePolicy):
         return SqsError("InvalidAttributeValue", error.message)
     return error

@@ -129,12 +129,16 @@ export class Client {
 
   /**
    * Claims up to `max` messages, waiting up to `wait` seconds for one.
+   * FIFO queues: a receive retried with the same `attemptId` within five minutes
+   * answers the same messages while they are in flight (standard queues ignore it).
    * @param {string} queue
-   * @param {{ max?: number, visibilityTimeout?: number, wait?: number, signal?: AbortSignal }} [options]
+   * @param {{ max?: number, visibilityTimeout?: number, wait?: number, attemptId?: string,
+   *   signal?: AbortSignal }} [options]
    */
-  receive(queue, { max = 1, visibilityTimeout, wait = 20, signal } = {}) {
+  receive(queue, { max = 1, visibilityTimeout, wait = 20, attemptId, signal } = {}) {
     const params = new URLSearchParams({ max: String(max), wait: String(wait) });
     if (visibilityTimeout !== undefined) params.set('visibility_timeout', String(visibilityTimeout));
+    if (attemptId !== undefined) params.set('attempt_id', attemptId);
     return this.call('GET', `/v1/queues/${q(queue)}/receive?${params}`, {
       timeoutMs: (wait + 10) * 1000,
       signal,
@@ -146,12 +150,14 @@ export class Client {
    * request. Answers `{ messages, deleted, extended }`, one result per entry.
    * @param {string} queue
    * @param {{ delete?: string[], extend?: { receipt_handle: string, timeout: number }[],
-   *   max?: number, visibilityTimeout?: number, wait?: number, signal?: AbortSignal }} [options]
+   *   max?: number, visibilityTimeout?: number, wait?: number, attemptId?: string,
+   *   signal?: AbortSignal }} [options]
    */
-  receiveSettling(queue, { delete: handles = [], extend = [], max = 1, visibilityTimeout, wait = 20, signal } = {}) {
+  receiveSettling(queue, { delete: handles = [], extend = [], max = 1, visibilityTimeout, wait = 20, attemptId, signal } = {}) {
     /** @type {Record<string, unknown>} */
     const body = { max, wait, delete: handles, extend };
     if (visibilityTimeout !== undefined) body.visibility_timeout = visibilityTimeout;
+    if (attemptId !== undefined) body.attempt_id = attemptId;
     return this.call('POST', `/v1/queues/${q(queue)}/receive`, {
       body,
       timeoutMs: (wait + 10) * 1000,

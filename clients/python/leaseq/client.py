@@ -226,9 +226,9 @@ class _calls:
     @staticmethod
     def receive(
         queue: str, max: int, visibility_timeout: int | None, wait: int | None,
-        timeout: float,
+        timeout: float, attempt_id: str | None = None,
     ) -> _Call[list[Message]]:
-        params = _receive_options(max, visibility_timeout, wait)
+        params = _receive_options(max, visibility_timeout, wait, attempt_id)
         return _Call("GET", f"{_q(queue)}/receive", _messages, params=params,
                      timeout=_poll_timeout(wait, timeout))
 
@@ -236,8 +236,9 @@ class _calls:
     def receive_settling(
         queue: str, delete: Sequence[str], extend: Sequence[tuple[str, int]], max: int,
         visibility_timeout: int | None, wait: int | None, timeout: float,
+        attempt_id: str | None = None,
     ) -> _Call[Settled]:
-        body = _receive_options(max, visibility_timeout, wait)
+        body = _receive_options(max, visibility_timeout, wait, attempt_id)
         body["delete"] = list(delete)
         body["extend"] = [{"receipt_handle": h, "timeout": t} for h, t in extend]
         return _Call("POST", f"{_q(queue)}/receive", _settled, json=body,
@@ -283,13 +284,15 @@ class _calls:
 
 
 def _receive_options(
-    max: int, visibility_timeout: int | None, wait: int | None
+    max: int, visibility_timeout: int | None, wait: int | None, attempt_id: str | None
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"max": max}
     if visibility_timeout is not None:
         options["visibility_timeout"] = visibility_timeout
     if wait is not None:
         options["wait"] = wait
+    if attempt_id is not None:
+        options["attempt_id"] = attempt_id
     return options
 
 
@@ -448,21 +451,26 @@ class Client(_Base):
 
     def receive(
         self, queue: str, *, max: int = 1, visibility_timeout: int | None = None,
-        wait: int | None = None,
+        wait: int | None = None, attempt_id: str | None = None,
     ) -> list[Message]:
         """Claim up to `max` messages, waiting up to `wait` seconds for the first.
-        The lease starts when the service claims: measure it from before this call."""
-        return self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+        The lease starts when the service claims: measure it from before this call.
+        FIFO queues: a receive retried with the same `attempt_id` within five
+        minutes answers the same messages while in flight (standard queues ignore it)."""
+        return self._run(
+            _calls.receive(queue, max, visibility_timeout, wait, self.timeout, attempt_id)
+        )
 
     def receive_settling(
         self, queue: str, *, delete: Sequence[str] = (),
         extend: Sequence[tuple[str, int]] = (), max: int = 1,
         visibility_timeout: int | None = None, wait: int | None = None,
+        attempt_id: str | None = None,
     ) -> Settled:
         """Acknowledge `delete` and extend `extend` ((handle, timeout) pairs), then
         receive as `receive` does: one request. Each entry has its own result."""
         return self._run(_calls.receive_settling(
-            queue, delete, extend, max, visibility_timeout, wait, self.timeout
+            queue, delete, extend, max, visibility_timeout, wait, self.timeout, attempt_id
         ))
 
     def extend(self, queue: str, handle: str, timeout: int, *,
@@ -626,21 +634,26 @@ class AsyncClient(_Base):
 
     async def receive(
         self, queue: str, *, max: int = 1, visibility_timeout: int | None = None,
-        wait: int | None = None,
+        wait: int | None = None, attempt_id: str | None = None,
     ) -> list[Message]:
         """Claim up to `max` messages, waiting up to `wait` seconds for the first.
-        The lease starts when the service claims: measure it from before this call."""
-        return await self._run(_calls.receive(queue, max, visibility_timeout, wait, self.timeout))
+        The lease starts when the service claims: measure it from before this call.
+        FIFO queues: a receive retried with the same `attempt_id` within five
+        minutes answers the same messages while in flight (standard queues ignore it)."""
+        return await self._run(
+            _calls.receive(queue, max, visibility_timeout, wait, self.timeout, attempt_id)
+        )
 
     async def receive_settling(
         self, queue: str, *, delete: Sequence[str] = (),
         extend: Sequence[tuple[str, int]] = (), max: int = 1,
         visibility_timeout: int | None = None, wait: int | None = None,
+        attempt_id: str | None = None,
     ) -> Settled:
         """Acknowledge `delete` and extend `extend` ((handle, timeout) pairs), then
         receive as `receive` does: one request. Each entry has its own result."""
         return await self._run(_calls.receive_settling(
-            queue, delete, extend, max, visibility_timeout, wait, self.timeout
+            queue, delete, extend, max, visibility_timeout, wait, self.timeout, attempt_id
         ))
 
     async def extend(
