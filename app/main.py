@@ -35,6 +35,8 @@ from app.queue.service import QueueService
 from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
+from app.ui import routes as ui
+from app.ui.throughput import Throughput
 
 _log = logging.getLogger(__name__)
 
@@ -174,6 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.swept = asyncio.Event()
         app.state.metrics = metrics = Metrics(hub, service.group, QueueGauges(service.gauges))
         service.events = metrics
+        app.state.throughput = throughput = Throughput(metrics.message_totals)
         app.state.redrives = redrives = Redrives(
             db, catalog, hold_seconds=settings.redrive_hold_seconds
         )
@@ -193,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
         ]
         background.append(asyncio.create_task(
-            _refresh_metrics_forever(metrics), name="leaseq-metrics"
+            _refresh_metrics_forever(metrics, throughput), name="leaseq-metrics"
         ))
         try:
             yield
@@ -240,6 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(keys.router)
     app.include_router(health.router)
     app.include_router(docs.router)
+    app.include_router(ui.router)
     # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
     app.include_router(sqs.router)
     if not settings.telemetry:
@@ -275,12 +279,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-async def _refresh_metrics_forever(metrics: Metrics) -> None:
+async def _refresh_metrics_forever(metrics: Metrics, throughput: Throughput) -> None:
     """Each process's own figures into its metrics once a second: with several
     processes a scrape reads them from the shared files, and the lease advice's
-    warnings reach the log without waiting for a scrape."""
+    warnings reach the log without waiting for a scrape. The dashboard's
+    sparklines sample the counters while someone watches."""
     while True:
         metrics.refresh_local()
+        throughput.tick()
         await asyncio.sleep(1.0)
 
 

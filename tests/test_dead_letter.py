@@ -335,13 +335,19 @@ async def test_peek_by_state_with_paging_and_truncation(client: httpx.AsyncClien
     for i in range(5):
         await send(client, queue, f"body-{i}-" + "x" * 50)
     await send(client, queue, "later", delay=600)
-    await receive(client, queue, max=2)
+    claimed = await receive(client, queue, max=2)
     by_state = {}
     for state in ("visible", "in_flight", "delayed"):
         got = (await client.get(f"/v1/queues/{queue}/messages", params={"state": state})).json()
         by_state[state] = got["messages"]
         assert all(m["state"] == state for m in got["messages"])
     assert [len(by_state[s]) for s in ("visible", "in_flight", "delayed")] == [3, 2, 1]
+    # In flight: the holder's fencing token and what is left of its lease.
+    tokens = {m["receipt_handle"]: m["fencing_token"] for m in claimed}
+    assert sorted(m["fencing_token"] for m in by_state["in_flight"]) == sorted(tokens.values())
+    assert all(590 < m["lease_remaining_seconds"] <= 600 for m in by_state["in_flight"])
+    assert all(m["fencing_token"] is None and m["lease_remaining_seconds"] is None
+               for m in by_state["visible"] + by_state["delayed"])
     page = (await client.get(f"/v1/queues/{queue}/messages",
                              params={"limit": 4, "body_chars": 6})).json()
     assert len(page["messages"]) == 4 and page["next_after"]

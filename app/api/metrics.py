@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -70,6 +70,11 @@ class QueueGauges:
         if time.monotonic() - self._read_at >= GAUGE_CACHE_SECONDS:
             self._rows = await self._read()
             self._read_at = time.monotonic()
+
+    async def read(self) -> list[Row]:
+        """The rows of the last reading, refreshed when older than the cache."""
+        await self.refresh()
+        return self._rows
 
     def collect(self) -> Iterator[Metric]:
         visible = GaugeMetricFamily(
@@ -338,3 +343,23 @@ class Metrics(QueueEvents):
     @property
     def multiprocess(self) -> bool:
         return self._multiprocess
+
+    @property
+    def gauges(self) -> QueueGauges:
+        return self._gauges
+
+    def message_totals(self) -> dict[str, tuple[float, float]]:
+        """queue -> (sent, acknowledged) so far: this process's, or with several
+        processes the sum of all of theirs."""
+        wanted = {"leaseq_messages_sent_total": 0, "leaseq_messages_deleted_total": 1}
+        if self._registry is not None:
+            families: Iterable[Metric] = [*self.sent_total.collect(), *self.deleted_total.collect()]
+        else:
+            families = multiprocess.MultiProcessCollector(None).collect()  # type: ignore[no-untyped-call]
+        totals: dict[str, list[float]] = {}
+        for family in families:
+            for sample in family.samples:
+                index = wanted.get(sample.name)
+                if index is not None:
+                    totals.setdefault(sample.labels["queue"], [0.0, 0.0])[index] += sample.value
+        return {queue: (sent, deleted) for queue, (sent, deleted) in totals.items()}

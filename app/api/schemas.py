@@ -500,6 +500,10 @@ class PeekedOut(BaseModel):
     visible_at: datetime
     checkpoint: Any
     dead_letter_source: str | None
+    fencing_token: int | None = Field(description="The holder's token, while in flight.")
+    lease_remaining_seconds: float | None = Field(
+        description="Seconds left of the lease while in flight, on the database's clock."
+    )
 
     @classmethod
     def of(cls, message: PeekedMessage) -> PeekedOut:

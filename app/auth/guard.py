@@ -4,7 +4,9 @@ In order: the Host header is one this service answers to (DNS rebinding); a
 browser request from another site is refused unless its origin is allowed
 (CORS); a REST body is JSON (415 otherwise, so no HTML form or `text/plain`
 request can change state); the API key, when keys exist, is valid; its
-scopes cover the route; its request rate is not spent.
+scopes cover the route; its request rate is not spent. The key is the
+`Authorization: Bearer` header, or, for the dashboard's script (which names
+itself with a header), the dashboard's HttpOnly cookie.
 
 Which scope a REST route needs is the table `_RULES`, in one place. Routes
 whose queue is in the body (create) or in a stored task (redrive tasks) check
@@ -19,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import Request, cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.scopes import EVERYONE, Principal
@@ -66,9 +68,17 @@ _RULES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", r"^/v1/keys/?$", "keys"),
         ("POST", r"^/v1/keys/?$", "keys"),
         ("DELETE", rf"^/v1/keys/{_H}$", "keys"),
+        ("GET", r"^/ui/api/overview$", "read"),
     ]
 ]
 _SQS_PATH = re.compile(r"^/(?:[0-9]{12}/[^/]+)?$")
+DASHBOARD_COOKIE = "leaseq_key"
+"""The dashboard's API key: HttpOnly (no script reads it), SameSite=Strict."""
+DASHBOARD_HEADER = b"x-leaseq-dashboard"
+"""The dashboard's script names itself with this header; only then does the
+cookie stand for an Authorization header. Another site's page cannot send a
+custom header without a CORS preflight, which is refused, so the cookie never
+authenticates a request some other page made the browser send."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -84,6 +94,12 @@ def required(method: str, path: str) -> tuple[str, str | None] | None:
 
 def is_sqs_door(path: str) -> bool:
     return _SQS_PATH.match(path) is not None
+
+
+def is_dashboard_page(path: str) -> bool:
+    """The dashboard's pages, assets and sign-in: open, as they hold nothing of
+    a queue; their script asks /ui/api and /v1 with the key."""
+    return path == "/ui" or (path.startswith("/ui/") and not path.startswith("/ui/api/"))
 
 
 def principal_of(request: Request) -> Principal:
@@ -163,7 +179,7 @@ class Guard:
             self._check_host(headers)
             self._check_origin(headers)
             path: str = scope["path"]
-            if path not in self._open_paths and not is_sqs_door(path):
+            if not (path in self._open_paths or is_sqs_door(path) or is_dashboard_page(path)):
                 self._check_json(scope, headers)
                 principal = await self._authenticate(headers)
                 _authorize(principal, scope["method"], path)
@@ -225,6 +241,11 @@ class Guard:
         if not store.enforcing:
             return EVERYONE
         authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if not authorization and DASHBOARD_HEADER in headers:
+            key = dashboard_key(headers.get(b"cookie", b""))
+            if key is None:
+                raise Unauthenticated("Sign in to the dashboard with an API key.")
+            return await store.bearer(key)
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated(
@@ -246,6 +267,12 @@ def _authorize(principal: Principal, method: str, path: str) -> None:
         principal.require_any(action)
     else:
         principal.require(action, queue)
+
+
+def dashboard_key(cookie_header: bytes) -> str | None:
+    """The dashboard cookie's key from a Cookie header."""
+    cookies = cookie_parser(cookie_header.decode("latin-1"))
+    return cookies.get(DASHBOARD_COOKIE) or None
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

@@ -154,6 +154,10 @@ class PeekedMessage:
     visible_at: datetime
     checkpoint: JSON
     dead_letter_source: str | None
+    fencing_token: int | None
+    """The holder's token while the message is in flight."""
+    lease_remaining_seconds: float | None
+    """What is left of the lease while the message is in flight, on the database's clock."""
     cursor: str
 
 

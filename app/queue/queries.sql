@@ -409,7 +409,11 @@ SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
        length(m.body) > :body_chars AS truncated,
        CAST(m.attributes AS text) AS attributes, m.receive_count, m.sent_at,
        m.first_received_at, m.visible_at, CAST(m.checkpoint AS text) AS checkpoint,
-       source.name AS dead_letter_source,
+       source.name AS dead_letter_source, m.fencing_token,
+       -- On the database's clock, as every deadline: a dashboard counts it down.
+       CASE WHEN m.leased AND m.visible_at > statement_timestamp()
+            THEN extract(epoch FROM m.visible_at - statement_timestamp()) END
+         AS lease_remaining,
        CASE WHEN m.visible_at <= statement_timestamp() THEN 'visible'
             WHEN m.leased THEN 'in_flight'
             ELSE 'delayed' END AS state

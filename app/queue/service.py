@@ -627,6 +627,10 @@ class QueueService:
                 visible_at=row["visible_at"],
                 checkpoint=None if row["checkpoint"] is None else json.loads(row["checkpoint"]),
                 dead_letter_source=row["dead_letter_source"],
+                fencing_token=row["fencing_token"] if row["state"] == "in_flight" else None,
+                lease_remaining_seconds=(
+                    None if row["lease_remaining"] is None else float(row["lease_remaining"])
+                ),
                 cursor=str(row["id"]),
             )
             for row in rows

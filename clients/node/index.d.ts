@@ -106,6 +106,10 @@ export interface PeekedMessage {
   visible_at: string;
   checkpoint: unknown;
   dead_letter_source: string | null;
+  /** While in flight: the holder's fencing token. */
+  fencing_token: number | null;
+  /** While in flight: seconds left of the lease, on the server's database clock. */
+  lease_remaining_seconds: number | null;
 }
 
 export interface RedriveTask {
@@ -150,12 +154,13 @@ export class Client {
   purge(name: string): Promise<{ purged: number }>;
   send(queue: string, body: string, options?: Omit<OutgoingMessage, 'body'>): Promise<Sent>;
   sendBatch(queue: string, messages: OutgoingMessage[]): Promise<BatchResults<Sent>>;
+  /** `attemptId`: FIFO queues answer a retry with the same id the same messages. */
   receive(queue: string, options?: { max?: number; visibilityTimeout?: number; wait?: number;
-    signal?: AbortSignal }): Promise<{ messages: ReceivedMessage[] }>;
+    attemptId?: string; signal?: AbortSignal }): Promise<{ messages: ReceivedMessage[] }>;
   /** Acknowledge and extend, then claim: one request; one result per entry. */
   receiveSettling(queue: string, options?: { delete?: string[];
     extend?: { receipt_handle: string; timeout: number }[]; max?: number;
-    visibilityTimeout?: number; wait?: number; signal?: AbortSignal }): Promise<{
+    visibilityTimeout?: number; wait?: number; attemptId?: string; signal?: AbortSignal }): Promise<{
     messages: ReceivedMessage[];
     deleted: BatchResults['results'];
     extended: BatchResults<LeaseGranted>['results'];

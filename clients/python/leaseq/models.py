@@ -20,6 +20,14 @@ def _maybe_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _maybe_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _maybe_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class Message:
     """A received message. `lease_seconds` is the lease to measure on your own
@@ -280,6 +288,10 @@ class PeekedMessage:
     visible_at: datetime
     checkpoint: Any
     dead_letter_source: str | None
+    fencing_token: int | None = None
+    """While in flight: the holder's token."""
+    lease_remaining_seconds: float | None = None
+    """While in flight: seconds left of the lease, on the server's database clock."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PeekedMessage:
@@ -291,6 +303,8 @@ class PeekedMessage:
             first_received_at=_maybe_time(data.get("first_received_at")),
             visible_at=_time(data["visible_at"]), checkpoint=data.get("checkpoint"),
             dead_letter_source=data.get("dead_letter_source"),
+            fencing_token=_maybe_int(data.get("fencing_token")),
+            lease_remaining_seconds=_maybe_float(data.get("lease_remaining_seconds")),
         )
 
 
