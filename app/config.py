@@ -11,7 +11,14 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_MESSAGE_BYTES = 1_048_576  # the largest max_message_bytes (app/queue/limits.py)
@@ -243,22 +250,14 @@ class Settings(BaseSettings):
             raise ValueError("LEASEQ_PUBLIC_URL may not carry credentials")
         return value.rstrip("/")
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_url")
     @classmethod
-    def _postgres_url(cls, value: str | None) -> str | None:
+    def _postgres_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value in (None, ""):
             return None
         if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
-            raise ValueError("DATABASE_URL must be a postgresql:// URL")
-        return value
-
-    @field_validator("listen_url")
-    @classmethod
-    def _listen_postgres_url(cls, value: str | None) -> str | None:
-        if value in (None, ""):
-            return None
-        if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
-            raise ValueError("LEASEQ_LISTEN_URL must be a postgresql:// URL")
+            name = "DATABASE_URL" if info.field_name == "database_url" else "LEASEQ_LISTEN_URL"
+            raise ValueError(f"{name} must be a postgresql:// URL")
         return value
 
     @model_validator(mode="after")

@@ -413,6 +413,16 @@ class DeleteBatchIn(_Strict):
     receipt_handles: list[str] = Field(min_length=1, max_length=limits.MAX_BATCH)
 
 
+def _attempt_id() -> Any:
+    return Field(
+        default=None,
+        description="FIFO queues: a receive retried with the same id within five minutes "
+        "answers the same messages and receipt handles while they are still in flight "
+        "for it (SQS's ReceiveRequestAttemptId); 1-128 letters, digits and punctuation. "
+        "A standard queue ignores it, checked or not (as SQS).",
+    )
+
+
 class ReceiveQuery(BaseModel):
     """`GET …/receive`'s query parameters (others are ignored)."""
 
@@ -426,13 +436,7 @@ class ReceiveQuery(BaseModel):
         default=None, ge=limits.RECEIVE_WAIT[0], le=limits.RECEIVE_WAIT[1],
         description="Seconds to wait for a message; default the queue's receive_wait.",
     )
-    attempt_id: str | None = Field(
-        default=None,
-        description="FIFO queues: a receive retried with the same id within five minutes "
-        "answers the same messages and receipt handles while they are still in flight "
-        "for it (SQS's ReceiveRequestAttemptId); 1-128 letters, digits and punctuation. "
-        "A standard queue ignores it, checked or not (as SQS).",
-    )
+    attempt_id: str | None = _attempt_id()
 
 
 class ReceiveIn(_Strict):
@@ -448,13 +452,7 @@ class ReceiveIn(_Strict):
         default=None, ge=limits.VISIBILITY_TIMEOUT[0], le=limits.VISIBILITY_TIMEOUT[1],
         strict=True,
     )
-    attempt_id: str | None = Field(
-        default=None,
-        description="FIFO queues: a receive retried with the same id within five minutes "
-        "answers the same messages and receipt handles while they are still in flight "
-        "for it (SQS's ReceiveRequestAttemptId); 1-128 letters, digits and punctuation. "
-        "A standard queue ignores it, checked or not (as SQS).",
-    )
+    attempt_id: str | None = _attempt_id()
     delete: list[str] = Field(
         default_factory=list, max_length=limits.MAX_BATCH,
         description="Receipt handles to acknowledge before claiming.",
