@@ -15,7 +15,6 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
@@ -300,8 +299,9 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         "log_config": logging_config(settings),
         # leaseq.access writes the access line (route templates, request ids).
         "access_log": False,
-        # Long polls are woken at shutdown; this bounds anything else.
-        "timeout_graceful_shutdown": 5,
+        # Parked long polls answer the moment a stop signal arrives (app/stopping.py);
+        # other requests have this long to finish.
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
         "limit_concurrency": limit_concurrency,
         "timeout_keep_alive": settings.keep_alive_seconds,
         # No `server: uvicorn` on every answer: it tells a scanner what runs here,
@@ -311,16 +311,4 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
     if workers > 1:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]
         return
-    app = create_app(settings)
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            # Wake every parked long poll so shutdown does not wait for them.
-            state = app.state
-            loop = getattr(state, "loop", None)
-            hub = getattr(state, "hub", None)
-            if loop is not None and hub is not None:
-                loop.call_soon_threadsafe(hub.close)
-            super().handle_exit(sig, frame)
-
-    _Server(uvicorn.Config(app, **common)).run()  # type: ignore[arg-type]
+    uvicorn.Server(uvicorn.Config(create_app(settings), **common)).run()  # type: ignore[arg-type]

@@ -149,6 +149,11 @@ class Settings(BaseSettings):
         description="How long an idle HTTP connection is kept open (uvicorn's "
         "default); behind a load balancer, set it above the balancer's idle timeout.",
     )
+    shutdown_grace_seconds: int = Field(
+        default=10, ge=0, le=3600,
+        description="On SIGTERM: how long requests in progress have to finish once the "
+        "service stops accepting (parked long polls answer at once).",
+    )
     log_level: str = Field(default="info", description="uvicorn and leaseq log level.")
     log_format: Literal["json", "text"] | None = Field(
         default=None,

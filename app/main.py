@@ -35,6 +35,7 @@ from app.queue.service import QueueService
 from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
+from app.stopping import on_stop_signal
 from app.ui import routes as ui
 from app.ui.throughput import Throughput
 
@@ -166,6 +167,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             keyring.on_notice(text)
 
         hub.on_notice = on_notice
+        # SIGTERM: parked long polls answer at once instead of holding the drain.
+        stop_hook = on_stop_signal(hub.close)
         app.state.keys = keys
         app.state.keyring = keyring
         app.state.settings = settings
@@ -201,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            stop_hook()
             hub.close()
             for task in background:
                 task.cancel()

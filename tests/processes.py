@@ -225,6 +225,7 @@ class ServiceProcesses:
         command: Sequence[str] = (LEASEQ,),
         extra_args: Sequence[str] = (),
         cwd: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Service:
         port = port or free_port()
         self.data_dirs.add(data_dir)
@@ -236,7 +237,7 @@ class ServiceProcesses:
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 args,
-                env=service_env(database_url),
+                env={**service_env(database_url), **(env or {})},
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -207,7 +207,9 @@ def test_clean_stop_exits_0_and_stops_postgres(
     services: ServiceProcesses, tmp_path: Path, first_signal: int, second_signal: int
 ) -> None:
     data_dir = tmp_path / "data"
-    first = services.start(data_dir)
+    # A grace longer than the long poll's wait: only its answer at the signal
+    # lets the stop finish before the wait would have.
+    first = services.start(data_dir, env={"LEASEQ_SHUTDOWN_GRACE_SECONDS": "60"})
     first.wait_healthy()
     create_queue(first, "jobs")
     create_queue(first, "idle")
@@ -219,11 +221,12 @@ def test_clean_stop_exits_0_and_stops_postgres(
 
     # A parked long poll must not hold the shutdown up (it waits up to 20 s).
     poll_done = threading.Event()
+    answers: list[httpx.Response] = []
 
     def long_poll() -> None:
         try:
             with first.client(timeout=30.0) as client:
-                client.get("/v1/queues/idle/receive", params={"wait": 20})
+                answers.append(client.get("/v1/queues/idle/receive", params={"wait": 20}))
         except httpx.HTTPError:
             pass
         finally:
@@ -244,6 +247,8 @@ def test_clean_stop_exits_0_and_stops_postgres(
     assert postmaster_pid(data_dir) is None, "postmaster.pid left behind"
     assert poll_done.wait(timeout=5)
     poller.join(timeout=5)
+    # Answered, empty, when the signal came: not cut off when the grace ran out.
+    assert [(a.status_code, a.json()["messages"]) for a in answers] == [(200, [])]
 
     # A start after a clean stop works and finds the data.
     second = services.start(data_dir)
@@ -254,6 +259,34 @@ def test_clean_stop_exits_0_and_stops_postgres(
         assert [m["body"] for m in response.json()["messages"]] == ["survives"]
     assert second.stop(second_signal, timeout=15) == 0, second.log()
     assert not postgres_processes(data_dir)
+
+
+def test_workers_answer_their_parked_long_polls_at_sigterm(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    """--workers N: each worker process closes its own wait hub on the signal."""
+    service = services.start(tmp_path / "data", extra_args=("--workers", "2"),
+                             env={"LEASEQ_SHUTDOWN_GRACE_SECONDS": "60"})
+    service.wait_healthy()
+    create_queue(service, "idle")
+    answers: list[httpx.Response] = []
+
+    def long_poll() -> None:
+        with service.client(timeout=30.0) as client:
+            answers.append(client.get("/v1/queues/idle/receive", params={"wait": 20}))
+
+    pollers = [threading.Thread(target=long_poll, daemon=True) for _ in range(4)]
+    for poller in pollers:
+        poller.start()
+    with service.client() as client:
+        wait_until(lambda: _waiting_receivers(client) == 4, timeout=10,
+                   what="the long polls to park")
+    started = time.monotonic()
+    assert service.stop(signal.SIGTERM, timeout=15) == 0, service.log()
+    assert time.monotonic() - started < 15
+    for poller in pollers:
+        poller.join(timeout=5)
+    assert sorted((a.status_code, len(a.json()["messages"])) for a in answers) == [(200, 0)] * 4
 
 
 def test_second_service_on_same_data_dir_fails_fast_and_leaves_first_alone(
