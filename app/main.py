@@ -29,6 +29,7 @@ from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
+from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
@@ -184,9 +185,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             db, catalog, hold_seconds=settings.redrive_hold_seconds
         )
         listener.start()
+        # Once across the fleet: the process holding the maintenance lock sweeps
+        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
+        app.state.maintenance = maintenance = Maintenance(settings.listen_url or database_url)
         background = [
+            maintenance.lock.start(),
             asyncio.create_task(
-                sweep_forever(service, settings.retention_sweep_seconds, app.state.swept),
+                sweep_forever(
+                    service, settings.retention_sweep_seconds, app.state.swept,
+                    only_while=maintenance.lock,
+                ),
                 name="leaseq-retention",
             ),
             asyncio.create_task(
@@ -194,7 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-redrive",
             ),
             asyncio.create_task(
-                vacuum_forever(db, settings.vacuum_check_seconds),
+                vacuum_forever(db, settings.vacuum_check_seconds, only_while=maintenance.lock),
                 name="leaseq-vacuum",
             ),
         ]

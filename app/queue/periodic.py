@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from app.db.fleet import FleetLock
 from app.errors import DatabaseUnavailable
 
 _log = logging.getLogger(__name__)
@@ -17,10 +18,15 @@ async def every(
     *,
     what: str,
     rounds: asyncio.Event | None = None,
+    only_while: FleetLock | None = None,
 ) -> None:
     """Runs `step` every `seconds` until cancelled. A failed round is logged and
-    the next one runs as usual; `rounds` is set after each (for tests)."""
+    the next one runs as usual; `rounds` is set after each (for tests). With
+    `only_while`, rounds run only while this process holds that lock: the first
+    as soon as it is taken (a round under way when it is lost still ends)."""
     while True:
+        if only_while is not None:
+            await only_while.wait_held()
         try:
             await step()
         except DatabaseUnavailable:

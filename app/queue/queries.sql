@@ -568,12 +568,13 @@ FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = CAST('messages' AS regclass);
 
--- name: try_vacuum_lock
--- One process of a deployment vacuums at a time; the others skip their turn.
-SELECT pg_try_advisory_lock(hashtext('leaseq: vacuum messages')) AS locked;
-
--- name: vacuum_unlock
-SELECT pg_advisory_unlock(hashtext('leaseq: vacuum messages'));
+-- name: try_maintenance_lock
+-- The maintenance rounds (the retention sweep, the vacuum check) run in the one
+-- process of a deployment holding this session-level lock, taken on a
+-- connection of its own and never released: PostgreSQL releases it when that
+-- connection ends (app/db/fleet.py). The key is "leaseq" in ASCII, then 2
+-- (1 is the migration lock, app/db/migrate.py).
+SELECT pg_try_advisory_lock(7810756276995031042) AS locked;
 
 -- name: vacuum_messages
 VACUUM (ANALYZE) messages;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.db.fleet import FleetLock
 from app.queue.periodic import every
 from app.queue.service import QueueService
 
@@ -24,7 +25,14 @@ async def sweep_once(service: QueueService) -> int:
 
 
 async def sweep_forever(
-    service: QueueService, interval: float, swept: asyncio.Event | None = None
+    service: QueueService,
+    interval: float,
+    swept: asyncio.Event | None = None,
+    only_while: FleetLock | None = None,
 ) -> None:
-    """Sweep every `interval` seconds; `swept` is set after each round (for tests)."""
-    await every(interval, lambda: sweep_once(service), what="retention sweep", rounds=swept)
+    """Sweep every `interval` seconds (while this process holds `only_while`);
+    `swept` is set after each round (for tests)."""
+    await every(
+        interval, lambda: sweep_once(service), what="retention sweep", rounds=swept,
+        only_while=only_while,
+    )

@@ -5,10 +5,10 @@ receive and heartbeat (never a HOT update: each moves the indexed deadline),
 and deleted. With autovacuum off -- some CI and hand-tuned servers run that
 way -- nothing reclaims the dead tuples: measured on such a server, the table
 grew by 0.2 MB a second at 500 messages/s, without end, and every claim
-scanned the dead index entries. So each service process looks every few
-seconds; when autovacuum is off for the table and enough tuples are dead, one
-of them (an advisory lock decides) runs VACUUM itself. With autovacuum on,
-this costs one small query a round.
+scanned the dead index entries. So the service looks every few seconds (in
+one process of a deployment: app/queue/maintenance.py); when autovacuum is off
+for the table and enough tuples are dead, it runs VACUUM itself. With
+autovacuum on, this costs one small query a round.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from app.db.connector import Connector
+from app.db.fleet import FleetLock
 from app.queue.periodic import every
 from app.queue.sql import Q
 
@@ -32,16 +33,15 @@ async def vacuum_if_needed(db: Connector) -> bool:
         (state,) = await session.fetch(Q.messages_vacuum_state)
         if state["autovacuum"] or state["dead"] < DEAD_TUPLES + state["live"] // 100:
             return False
-        if not await session.fetchval(Q.try_vacuum_lock):
-            return False
-        try:
-            await session.execute(Q.vacuum_messages)
-        finally:
-            await session.fetch(Q.vacuum_unlock)
+        await session.execute(Q.vacuum_messages)
     _log.info("vacuumed the messages table (%d dead tuples; autovacuum is off)", state["dead"])
     return True
 
 
-async def vacuum_forever(db: Connector, interval: float) -> None:
-    """A round every `interval` seconds."""
-    await every(interval, lambda: vacuum_if_needed(db), what="vacuum check")
+async def vacuum_forever(
+    db: Connector, interval: float, only_while: FleetLock | None = None
+) -> None:
+    """A round every `interval` seconds (while this process holds `only_while`)."""
+    await every(
+        interval, lambda: vacuum_if_needed(db), what="vacuum check", only_while=only_while
+    )

@@ -20,9 +20,11 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses=responses("database_unavailable"))
 async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
-    """The database answers (503 `database_unavailable` otherwise)."""
+    """The database answers (503 `database_unavailable` otherwise); `singletons`:
+    the rounds this process runs for the whole fleet (app/queue/maintenance.py)."""
     await service.ping()
-    return {"status": "ok", "listening": request.app.state.hub.listening}
+    return {"status": "ok", "listening": request.app.state.hub.listening,
+            "singletons": request.app.state.maintenance.running()}
 
 
 @router.get(
