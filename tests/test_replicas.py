@@ -3,7 +3,8 @@
 A long poll parked on one replica wakes for a send through another; the
 maintenance rounds run in exactly one replica and move to another when it is
 killed; and a steady send/receive/delete load across the three, while one is
-killed with SIGKILL and restarted on its port, loses nothing and delivers twice
+killed with SIGKILL and restarted on its port, or through a rolling restart (each
+stopped with SIGTERM and started again in turn), loses nothing and delivers twice
 only what an expired lease (or a send retried after its answer was lost) explains.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
@@ -356,9 +358,13 @@ class Load:
             await asyncio.sleep(0.2)
 
 
+@pytest.mark.parametrize("chaos_kind", ["kill", "rolling"])
 async def test_steady_load_across_three_replicas_while_one_is_killed_and_restarted(
-    fleet: Fleet,
+    fleet: Fleet, chaos_kind: str
 ) -> None:
+    """`kill`: replica 1 SIGKILLed and restarted. `rolling`: a rolling restart, each
+    replica in turn stopped with SIGTERM (its long polls answered, requests in
+    progress finished) and started again before the next."""
     replicas = fleet.replicas
     limits = httpx.Limits(max_connections=50, max_keepalive_connections=20)
     timeout = httpx.Timeout(10.0, connect=2.0)
@@ -377,8 +383,29 @@ async def test_steady_load_across_three_replicas_while_one_is_killed_and_restart
             await asyncio.gather(*(load.send(n) for n in range(SENDERS)))
             load.senders_done = True
 
+        async def rolling() -> None:
+            """From a tenth of the way through: each replica stopped by SIGTERM and
+            started again on its port, one after another."""
+            for index in range(len(replicas)):
+                async def further(share: int = index + 1) -> bool:
+                    return len(load.deliveries) >= MESSAGES * share // 10
+
+                await eventually(further, 60)
+                victim = fleet.replicas[index]
+                code = await asyncio.to_thread(victim.stop, signal.SIGTERM, 20)
+                assert code == 0, victim.log()
+                restarted = fleet.start(index, port=victim.port)
+                await asyncio.to_thread(restarted.wait_healthy)
+                print(f"replica {index} stopped and back on :{restarted.port} after "
+                      f"{time.monotonic() - started:.1f} s")
+            load.served_before_restart = load.served_by[1]
+
         async def chaos() -> None:
             """SIGKILL replica 1 a quarter of the way through, restart it on its port."""
+            if chaos_kind == "rolling":
+                await rolling()
+                return
+
             async def quarter() -> bool:
                 return len(load.deliveries) >= MESSAGES // 4
 
