@@ -137,6 +137,13 @@ class KeyNotFound(LeaseqError):
 class DatabaseUnavailable(LeaseqError):
     """The database is unavailable."""
 
+    def __init__(self, detail: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+        """Whole seconds after which a retry may succeed (HTTP's Retry-After): a
+        lost connection is replaced at once, a failover takes seconds
+        (docs/deploy.md)."""
+
 
 class Overloaded(LeaseqError):
     """The service is at a limit; retry later."""

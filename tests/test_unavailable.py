@@ -62,3 +62,28 @@ async def test_killed_pool_connections_cost_at_most_a_503_each(
         statuses.append(got.status_code)
     assert set(statuses) <= {201, 200, 503}, statuses
     assert statuses[-4:] == [201, 200, 201, 200], statuses
+
+
+async def test_a_connection_on_a_standby_is_503_and_replaced(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """A pool connection that reached a read-only server (a standby, during a
+    failover: docs/deploy.md) answers 503 database_unavailable with Retry-After,
+    never 500, and leaves the pool: once the server takes writes, the next
+    connection does."""
+    queue = await make_queue(client)
+    database = await db.fetchval("SELECT current_database()")
+    kill = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'leaseq'")
+    await db.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+    await db.execute(kill)  # the pool's next connections start read-only
+    try:
+        for _ in range(12):  # more than the pool holds
+            response = await client.post(f"/v1/queues/{queue}/messages", json={"body": "ro"})
+            assert response.status_code == 503, response.text
+            assert response.json()["code"] == "database_unavailable"
+            assert response.headers["retry-after"] == "1"
+    finally:
+        await db.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+    await send(client, queue)
+    assert await receive(client, queue)

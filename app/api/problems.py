@@ -327,11 +327,12 @@ def _problem_response(status: int, names: set[str]) -> dict[str, Any]:
             "description": 'The scheme to authenticate with: `Bearer realm="leaseq"`.',
             "schema": {"type": "string"},
         }
-    if "rate_limited" in names or "overloaded" in names:
+    retried = {"rate_limited", "overloaded", "database_unavailable"}
+    if names & retried:
         headers["Retry-After"] = {
             "description": "Seconds after which a retry may succeed.",
-            # Always sent with these codes; a 503 database_unavailable has none.
-            "required": names <= {"rate_limited", "overloaded"},
+            # Always sent with these codes.
+            "required": names <= retried,
             "schema": {"type": "integer", "minimum": 1},
         }
     if headers:

@@ -36,10 +36,19 @@ _NO_PARAMS: Mapping[str, Any] = {}
 CONNECTION_ERRORS = (
     OSError,
     asyncio.TimeoutError,
+    # Starting up, shutting down, in recovery: "the database system is ...".
     asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
+    # SQLSTATE class 08, ConnectionDoesNotExistError among them.
+    asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.AdminShutdownError,
+    # Another server process crashed: the server restarts, every session ends.
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.IdleSessionTimeoutError,
+    # A connection on a standby (a failover under way, or a DATABASE_URL whose
+    # hosts are not narrowed by target_session_attrs=read-write): dropped, its
+    # replacement connects to whichever host is the primary now.
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
     asyncpg.exceptions.InterfaceError,
     # The protocol state of a connection whose server process went away under
     # an operation ("another operation is in progress"): the connection is dead.

@@ -6,22 +6,56 @@ import uuid
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.config import PgBouncerMode, Settings, get_settings
 
 
+def parse_url(url: str) -> URL:
+    """make_url, also for libpq's multi-host form (`postgresql://user@h1:5432,h2:5432/db
+    ?target_session_attrs=read-write`, docs/deploy.md), which SQLAlchemy does not
+    parse: its hosts become SQLAlchemy's `?host=h1:5432&host=h2:5432`, each with its
+    port (5432 when it names none)."""
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    userinfo, at, hostlist = rest[:end].rpartition("@")
+    if not sep or "," not in hostlist:
+        return make_url(url)
+    hosts = []
+    for item in hostlist.split(","):
+        host, colon, port = item.rpartition(":") if ":" in item else (item, "", "")
+        if not host or "[" in host or (colon and not port.isdigit()):
+            raise ValueError(f"DATABASE_URL: {item!r} is not host:port (IPv6 hosts: use names)")
+        hosts.append(f"{host}:{port or 5432}")
+    parsed = make_url(f"{scheme}://{userinfo}{at}{rest[end:]}")
+    if "host" in parsed.query or "port" in parsed.query:
+        raise ValueError("DATABASE_URL names hosts both before the path and in its query")
+    return parsed.set(query={**parsed.query, "host": tuple(hosts)})
+
+
 def asyncpg_url(url: str) -> str:
     """Any postgres URL as SQLAlchemy's asyncpg form."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
+_HOSTS = "leaseq-hosts.invalid"
+
+
 def plain_url(url: str) -> str:
-    """A URL asyncpg.connect() itself understands (for the LISTEN connection)."""
-    parsed = make_url(url)
-    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    """A URL asyncpg.connect() itself understands (for the LISTEN connection).
+    Several hosts are written libpq's way, `h1:p1,h2:p2` before the path: asyncpg
+    reads only the last of several `host=` in a query."""
+    parsed = parse_url(url).set(drivername="postgresql")
+    hosts = parsed.query.get("host")
+    if not isinstance(hosts, tuple):
+        return parsed.render_as_string(hide_password=False)
+    query = {key: value for key, value in parsed.query.items() if key != "host"}
+    rendered = parsed.set(host=_HOSTS, query=query).render_as_string(hide_password=False)
+    return rendered.replace(f"@{_HOSTS}", "@" + ",".join(hosts), 1).replace(
+        f"://{_HOSTS}", "://" + ",".join(hosts), 1
+    )
 
 
 def resolve_database_url() -> str:
