@@ -98,11 +98,15 @@ class FleetLock:
         conn.add_termination_listener(lambda _conn: lost.set())
         with contextlib.suppress(asyncpg.PostgresError):
             await conn.execute(_KEEPALIVES)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that
+        # arrives as its awaitable finishes, and this loop then never ends.
         while not lost.is_set():
-            if self._held.is_set():
-                await asyncio.wait_for(conn.fetchval("SELECT 1"), PING_TIMEOUT)
-            elif await asyncio.wait_for(conn.fetchval(self._acquire.sql), PING_TIMEOUT):
-                self._held.set()
-                _log.info("%s: lock held by this process (pid %d)", self.name, os.getpid())
+            async with asyncio.timeout(PING_TIMEOUT):
+                if self._held.is_set():
+                    await conn.fetchval("SELECT 1")
+                elif await conn.fetchval(self._acquire.sql):
+                    self._held.set()
+                    _log.info("%s: lock held by this process (pid %d)", self.name, os.getpid())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), self._check)
+                async with asyncio.timeout(self._check):
+                    await lost.wait()
