@@ -26,8 +26,6 @@ import pytest
 from processes import LEASEQ, Service, ServiceProcesses
 from support import eventually
 
-from app.db.engine import plain_url
-
 pytestmark = pytest.mark.e2e
 
 ENV = {
@@ -69,15 +67,6 @@ async def fleet(database_url: str, tmp_path: Path) -> AsyncIterator[Fleet]:
         for service in fleet.replicas:
             await asyncio.to_thread(service.wait_healthy)
         yield fleet
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(plain_url(database_url))
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 async def readyz(service: Service) -> dict[str, Any]:
