@@ -99,6 +99,17 @@ class Settings(BaseSettings):
         description="Longest a request waits for a database connection (visibility "
         "changes: for their share of the pool) before answering 503.",
     )
+    db_connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=300,
+        description="Longest a connection attempt waits for one database host before "
+        "trying the next of DATABASE_URL's hosts (libpq's connect_timeout, per host).",
+    )
+    db_dead_peer_seconds: float = Field(
+        default=10.0, ge=3, le=3600,
+        description="A database connection whose server stops answering at the TCP level "
+        "(its host vanished) fails after about this long: TCP keepalives and "
+        "TCP_USER_TIMEOUT. A slow statement is never cut by it.",
+    )
     retention_sweep_seconds: float = Field(
         default=60.0, gt=0, description="How often expired messages are deleted."
     )

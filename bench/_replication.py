@@ -96,9 +96,15 @@ class Node:
 class ReplicatedPostgres:
     """A primary and one standby; `url` names both, read-write wanted."""
 
-    def __init__(self, *, synchronous: bool = True, database: str = "leaseq") -> None:
+    def __init__(self, *, synchronous: bool = True, database: str = "leaseq",
+                 addresses: dict[str, str] | None = None, trusted: str | None = None) -> None:
+        """`addresses`: one more address each node listens on, by node name
+        ("primary", "standby"); `trusted`: a network (CIDR) whose clients are
+        let in without a password, beside the loopback."""
         self.synchronous = synchronous
         self.database = database
+        self.addresses = addresses or {}
+        self.trusted = trusted
         self.folder = Path(tempfile.mkdtemp(prefix="leaseq-failover-"))
         self.primary = Node("primary", self.folder / "primary", free_port())
         self.standby = Node(STANDBY_NAME, self.folder / STANDBY_NAME, free_port())
@@ -122,6 +128,9 @@ class ReplicatedPostgres:
         self._prepare_user()
         self._run("initdb", "-D", str(self.primary.pgdata), "--auth=trust", "-U", "postgres",
                   "--encoding=UTF8", "--no-instructions")
+        if self.trusted:  # pg_basebackup copies it to the standby
+            with (self.primary.pgdata / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.trusted} trust\n")
         # Synchronous once the standby streams: until then every commit would wait.
         self._configure(self.primary, synchronous_standby_names="''")
         self._pg_ctl(self.primary, "start")
@@ -223,8 +232,9 @@ class ReplicatedPostgres:
             return ""
 
     def _configure(self, node: Node, *, synchronous_standby_names: str) -> None:
+        listen = ",".join(["127.0.0.1", *filter(None, [self.addresses.get(node.name)])])
         settings = {
-            "listen_addresses": "'127.0.0.1'",
+            "listen_addresses": f"'{listen}'",
             "port": str(node.port),
             "unix_socket_directories": "''",
             "cluster_name": f"'{node.name}'",

@@ -22,6 +22,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from app.db.engine import connect
 from app.db.queries import Query
 from app.errors import DatabaseUnavailable, LeaseqError
 
@@ -186,6 +187,12 @@ class Connector:
             raise
         except CONNECTION_ERRORS as exc:
             raise DatabaseUnavailable() from exc
+        except Exception as exc:
+            # The dialect's translation of a driver error met while connecting
+            # (no host is the primary: TargetServerAttributeNotMatched).
+            if isinstance(exc.__cause__, CONNECTION_ERRORS):
+                raise DatabaseUnavailable() from exc
+            raise
         driver: asyncpg.Connection = lent.driver_connection
         keep = True
         try:
@@ -221,7 +228,7 @@ async def listening(
     """A connection of its own LISTENing on `channel`; the event is set when it
     is lost. A LISTEN cannot share the pool: it must outlive every request."""
     lost = asyncio.Event()
-    conn = await asyncpg.connect(url, server_settings={"application_name": name})
+    conn = await connect(url, server_settings={"application_name": name})
     try:
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(

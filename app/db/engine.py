@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.config import PgBouncerMode, Settings, get_settings
+from app.db.hosts import Dialer
 
 
 def parse_url(url: str) -> URL:
@@ -56,6 +58,36 @@ def plain_url(url: str) -> str:
     return rendered.replace(f"@{_HOSTS}", "@" + ",".join(hosts), 1).replace(
         f"://{_HOSTS}", "://" + ",".join(hosts), 1
     )
+
+
+def dialer(settings: Settings | None = None) -> Dialer:
+    """Connects host by host, each within LEASEQ_DB_CONNECT_TIMEOUT_SECONDS, and
+    watches each connection for a vanished server (app/db/hosts.py)."""
+    settings = settings or get_settings()
+    return Dialer(connect_timeout=settings.db_connect_timeout_seconds,
+                  dead_peer_seconds=settings.db_dead_peer_seconds)
+
+
+def single_host_dsns(url: str) -> list[str]:
+    """One DSN asyncpg.connect() understands per host of `url` (libpq's
+    multi-host form too), in order, each with the URL's user, database and query."""
+    parsed = parse_url(url).set(drivername="postgresql")
+    hosts = parsed.query.get("host")
+    if not isinstance(hosts, tuple):
+        return [parsed.render_as_string(hide_password=False)]
+    query = {key: value for key, value in parsed.query.items() if key != "host"}
+    dsns = []
+    for item in hosts:
+        host, _, port = item.rpartition(":")
+        dsns.append(parsed.set(host=host, port=int(port), query=query)
+                    .render_as_string(hide_password=False))
+    return dsns
+
+
+async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
+    """A connection of its own, outside the pools (the LISTEN connection, the fleet
+    lock), to any postgres URL: libpq's multi-host form too."""
+    return await dialer()(dsn=single_host_dsns(url), **kwargs)
 
 
 def resolve_database_url() -> str:
@@ -114,10 +146,13 @@ def connect_args(*, cached_plans: bool, pgbouncer: PgBouncerMode) -> dict[str, A
     statement is planned for its parameters on every execution, what
     force_custom_plan asks for; the cached-plan pool keeps no plans either."""
     server_settings = CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS
+    # SQLAlchemy's dialect hands its connect to this instead of asyncpg.connect.
+    dialing = {"async_creator_fn": dialer()}
     if pgbouncer == "off":
-        return {"server_settings": server_settings}
+        return {"server_settings": server_settings, **dialing}
     args: dict[str, Any] = {
-        "server_settings": {"application_name": server_settings["application_name"]}
+        "server_settings": {"application_name": server_settings["application_name"]},
+        **dialing,
     }
     if pgbouncer == "transaction":
         args.update(

@@ -25,7 +25,7 @@ import os
 
 import asyncpg
 
-from app.db.engine import plain_url
+from app.db.engine import connect
 from app.db.queries import Query
 
 _log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class FleetLock:
     def __init__(
         self, url: str, acquire: Query, *, name: str, check_seconds: float = CHECK_SECONDS
     ) -> None:
-        self._url = plain_url(url)
+        self._url = url
         self._acquire = acquire
         self.name = name
         self._check = check_seconds
@@ -73,9 +73,8 @@ class FleetLock:
         while True:
             connected = False
             try:
-                conn = await asyncpg.connect(
-                    self._url, timeout=PING_TIMEOUT,
-                    server_settings={"application_name": self.name},
+                conn = await connect(
+                    self._url, server_settings={"application_name": self.name}
                 )
                 connected = True
                 try:

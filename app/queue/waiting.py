@@ -35,7 +35,6 @@ from typing import NamedTuple
 
 from app.config import Settings
 from app.db.connector import listening
-from app.db.engine import plain_url
 from app.errors import Overloaded
 
 _log = logging.getLogger(__name__)
@@ -340,7 +339,7 @@ class Listener:
     """The LISTEN connection of one process; reconnects with backoff."""
 
     def __init__(self, url: str, hub: WaitHub) -> None:
-        self._url = plain_url(url)
+        self._url = url
         self._hub = hub
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
