@@ -14,6 +14,9 @@ is set) and prints one table, measured in one run on one PostgreSQL:
   REST cycle measured just before them;
 - the cycle (REST, batches of 10, 16 clients) with and without N in-flight
   leases heartbeating every lease/3 through the batch heartbeat endpoint;
+- heartbeat capacity: N in-flight leases extended back to back by 16 clients,
+  100 a request, through REST and as the engine's statement in raw SQL
+  (bench/heartbeat_capacity.py);
 - send -> receive latency through a waiting long poll.
 Each row shows the load generators' CPU (several processes; when they near
 100% of a core each, the row measures them, not leaseq) and the service's.
@@ -34,41 +37,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import psutil
 
-from bench import cycle
-from bench._harness import Http, Service, free_port, percentile, running_service
+from bench import cycle, heartbeat_capacity
+from bench._harness import (
+    Http,
+    Service,
+    call,
+    fetch_ids,
+    find_queue_id,
+    free_port,
+    percentile,
+    running_service,
+    wait_settled,
+)
 from bench.heartbeats import Heartbeats
 from bench.longpoll import database_url, send_to_receive
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def _ids(url: str, sql: str, *args: Any) -> set[str]:
-    async def fetch() -> set[str]:
-        conn = await asyncpg.connect(url)
-        try:
-            return {str(r[0]) for r in await conn.fetch(sql, *args)}
-        finally:
-            await conn.close()
-
-    return asyncio.run(fetch())
-
-
-def _call(port: int, method: str, path: str, body: Any = None) -> Any:
-    async def go() -> Any:
-        http = await Http.open(port)
-        try:
-            return (await http.request(method, path, body))[1]
-        finally:
-            http.close()
-
-    return asyncio.run(go())
-
-
-def _queue_id(url: str, name: str) -> int:
-    return int(next(iter(_ids(url, "SELECT id FROM queues WHERE name = $1", name))))
 
 
 def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int],
@@ -79,16 +65,16 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
     for batch in (1, 10):
         for n in clients:
             name = f"cycle-{batch}-{n}"
-            _call(service.port, "POST", "/v1/queues", {"name": name})
-            queue_id = _queue_id(url, name)
-            remaining_rest = lambda q=queue_id: _ids(  # noqa: E731
+            call(service.port, "POST", "/v1/queues", {"name": name})
+            queue_id = find_queue_id(url, name)
+            remaining_rest = lambda q=queue_id: fetch_ids(  # noqa: E731
                 url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q)
-            remaining_raw = lambda q=queue_id: _ids(  # noqa: E731
+            remaining_raw = lambda q=queue_id: fetch_ids(  # noqa: E731
                 url, "SELECT id::text FROM messages WHERE queue_id = $1", q)
             raw = cycle.run("raw", url, queue_id, clients=n, batch=batch, seconds=seconds,
                             processes=processes, remaining=remaining_raw,
                             service_cpu=service_cpu, database_cpu=database_cpu)
-            _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+            fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
             grouped = _grouping(service.port)
             rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
                              seconds=seconds, processes=processes, remaining=remaining_rest,
@@ -104,7 +90,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                    "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)}
             if n == max(clients):
                 # The workers' cycle: each acknowledgement rides on the next receive.
-                _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+                fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
                 worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
                                    seconds=seconds, processes=processes,
                                    remaining=remaining_rest, service_cpu=service_cpu,
@@ -114,7 +100,8 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                     worker.messages_per_second / max(raw.messages_per_second, 1e-9))
                 if batch > 1:
                     # The SQS door's JSON protocol, as boto3 sends the same cycle.
-                    _ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+                    fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id",
+                              queue_id)
                     sqs = cycle.run("sqs", service.port, cycle.sqs_queue_url(service.port, name),
                                     clients=n, batch=batch, seconds=seconds,
                                     processes=processes, remaining=remaining_rest,
@@ -135,14 +122,14 @@ def fifo_rows(service: Service, url: str, *, seconds: float, processes: int,
     database_cpu = service.database_cpu_seconds
 
     def measure(name: str, groups: int | None) -> dict[str, Any]:
-        _call(service.port, "POST", "/v1/queues",
-              {"name": name, **({} if groups is None else {"fifo": True})})
-        queue_id = _queue_id(url, name)
+        call(service.port, "POST", "/v1/queues",
+             {"name": name, **({} if groups is None else {"fifo": True})})
+        queue_id = find_queue_id(url, name)
         result = cycle.run(
             "rest" if groups is None else "fifo", service.port, name, clients=clients,
             batch=batch, seconds=seconds, processes=processes, groups=groups,
             service_cpu=service_cpu, database_cpu=database_cpu,
-            remaining=lambda: _ids(
+            remaining=lambda: fetch_ids(
                 url, "SELECT message_id::text FROM messages WHERE queue_id = $1", queue_id),
         )
         return result.as_dict()
@@ -187,8 +174,8 @@ def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[i
         results = {}
         for label in ("without", "with"):
             name = f"hb-cycle-{count}-{label}"
-            _call(service.port, "POST", "/v1/queues", {"name": name})
-            queue_id = _queue_id(url, name)
+            call(service.port, "POST", "/v1/queues", {"name": name})
+            queue_id = find_queue_id(url, name)
             beats = None
             if label == "with":
                 beats = Heartbeats(service.port, count)
@@ -197,7 +184,7 @@ def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[i
             result = cycle.run(
                 "rest", service.port, name, clients=16, batch=10, seconds=seconds,
                 processes=processes, service_cpu=service_cpu,
-                remaining=lambda q=queue_id: _ids(
+                remaining=lambda q=queue_id: fetch_ids(
                     url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q),
             )
             entry = result.as_dict()
@@ -205,7 +192,7 @@ def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[i
                 beats.stop()
                 entry["heartbeats_per_second"] = beats.beats / seconds
                 entry["heartbeats_failed"] = beats.failed
-                _call(service.port, "POST", "/v1/queues/heartbeats/purge")
+                call(service.port, "POST", "/v1/queues/heartbeats/purge")
             results[label] = entry
         rows.append({"leases": count, **results,
                      "cost": 1 - results["with"]["messages_per_second"]
@@ -290,6 +277,7 @@ def print_table(report: dict[str, Any]) -> None:
               f"claim p99 {without['claim_p99_ms']:.1f} -> {with_['claim_p99_ms']:.1f} ms, "
               f"delete p99 {without['delete_p99_ms']:.1f} -> {with_['delete_p99_ms']:.1f} ms, "
               f"lost {with_['lost']}, beats failed {with_.get('heartbeats_failed', 0)}")
+    print(heartbeat_capacity.summary(report["heartbeat_capacity"]))
     latency = report["long_poll"]
     if latency is None:
         print("send -> receive through a long poll: not measured with several workers (it "
@@ -349,7 +337,7 @@ def fifo_only(quick: bool, workers: int | None) -> dict[str, Any]:
     """Only the FIFO rows (and the standard row they are compared with)."""
     seconds = 2.0 if quick else 8.0
     with running_service(workers=workers) as service:
-        _wait_settled(service)
+        wait_settled(service)
         report: dict[str, Any] = {
             "when": datetime.now().isoformat(timespec="seconds"),
             "quick": quick,
@@ -378,7 +366,7 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
             "processes": processes,
             "workers": service.workers,
         }
-        _wait_settled(service)
+        wait_settled(service)
         report["rss_idle_mb"] = service.rss_bytes() / 2**20
         report["floor"] = cycle.floor(service.port, clients=16, seconds=seconds,
                                       processes=processes, service_cpu=service.cpu_seconds)
@@ -388,6 +376,9 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
         report["fifo"] = fifo_rows(service, url, seconds=seconds, processes=processes)
         report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,
                                               processes=processes)
+        report["heartbeat_capacity"] = heartbeat_capacity.measure(
+            service, url, leases=2000 if quick else 10000, seconds=seconds,
+            processes=processes)
         report["long_poll"] = None
         if report["workers"] == 1:
             times = asyncio.run(
@@ -428,16 +419,6 @@ def bare_floor(*, seconds: float, processes: int) -> dict[str, float]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def _wait_settled(service: Service) -> None:
-    """Until every worker has started (their count stops changing) and served a request."""
-    seen = -1
-    while (count := len(service.processes())) != seen:
-        seen = count
-        time.sleep(1.0)
-    for _ in range(4 * max(count, 1)):
-        _call(service.port, "GET", "/healthz")
 
 
 def cli() -> None:

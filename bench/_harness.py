@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psutil
 
 
@@ -219,3 +220,42 @@ def summary_ms(values: list[float]) -> str:
         f"p50 {percentile(values, 50) * 1000:7.2f} ms   p99 {percentile(values, 99) * 1000:7.2f} ms"
         f"   max {max(values) * 1000:7.2f} ms   (n={len(values)})"
     )
+
+
+def fetch_ids(url: str, sql: str, *args: Any) -> set[str]:
+    """The first column of a statement's rows, as text, over a connection of its own."""
+    async def fetch() -> set[str]:
+        conn = await asyncpg.connect(url)
+        try:
+            return {str(r[0]) for r in await conn.fetch(sql, *args)}
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def call(port: int, method: str, path: str, body: Any = None) -> Any:
+    """One request on a connection of its own; its decoded JSON answer."""
+    async def go() -> Any:
+        http = await Http.open(port)
+        try:
+            return (await http.request(method, path, body))[1]
+        finally:
+            http.close()
+
+    return asyncio.run(go())
+
+
+def find_queue_id(url: str, name: str) -> int:
+    """A queue's row id, by its name."""
+    return int(next(iter(fetch_ids(url, "SELECT id FROM queues WHERE name = $1", name))))
+
+
+def wait_settled(service: Service) -> None:
+    """Until every worker has started (their count stops changing) and served a request."""
+    seen = -1
+    while (count := len(service.processes())) != seen:
+        seen = count
+        time.sleep(1.0)
+    for _ in range(4 * max(count, 1)):
+        call(service.port, "GET", "/healthz")

@@ -3,6 +3,7 @@ itself never runs inside the test suite: its figures are not asserted)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -44,6 +45,7 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert [row.split("  ")[0] for row in lines[fifo + 1 : fifo + 4]] == [
         "standard queue", "FIFO, 100 groups", "FIFO, 1 hot group"]
     assert any(line.startswith("heartbeats: 1000 leases") for line in lines)
+    assert any(line.startswith("heartbeat capacity: 2000 leases") for line in lines)
     assert any(line.startswith("send -> receive through a long poll") for line in lines)
     assert any(line.startswith("HTTP floor: GET /healthz") for line in lines)
     assert any(line.startswith("service RSS") for line in lines)
@@ -69,7 +71,28 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert all(row["ratio"] > 0 for row in fifo_rows)
     (beats,) = report["heartbeats"]
     assert beats["with"]["heartbeats_per_second"] > 0 and beats["with"]["lost"] == 0
+    capacity = report["heartbeat_capacity"]
+    assert capacity["leases"] == 2000
+    for side in ("rest", "raw"):
+        assert capacity[side]["beats_per_second"] > 0
+        assert capacity[side]["failed"] == 0 and capacity[side]["errors"] == 0
+    assert capacity["failed"] == 0
     assert report["long_poll"]["n"] == 100
     assert report["floor"]["requests_per_second"] > 0
     assert report["bare_floor"]["requests_per_second"] > 0
     assert 0 < report["rss_idle_mb"] <= report["rss_peak_mb"]
+
+
+def test_heartbeat_capacity_runs_the_engines_statement() -> None:
+    """bench/heartbeat_capacity.py's raw side is change_visibility of queries.sql."""
+    module = ast.parse((ROOT / "bench" / "heartbeat_capacity.py").read_text())
+    (raw,) = [node.value.value for node in module.body
+              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and [getattr(t, "id", None) for t in node.targets] == ["RAW_HEARTBEAT"]]
+    text = (ROOT / "app" / "queue" / "queries.sql").read_text()
+    block = text.split("-- name: change_visibility\n", 1)[1].split(";", 1)[0]
+    statement = " ".join(line for line in block.splitlines() if not line.startswith("--"))
+    for name, number in (("ids", 1), ("tokens", 2), ("visibility_timeouts", 3),
+                         ("queue_id", 4)):
+        statement = statement.replace(f":{name}", f"${number}")
+    assert statement.split() == raw.split()
