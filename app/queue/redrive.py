@@ -142,8 +142,12 @@ class Redrives:
                 _log.exception("redrive runner failed")
                 current = None
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancel
+            # that arrives as the event is set, and the app's shutdown then waits
+            # for this loop forever (app/db/fleet.py met it).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=scan_seconds)
+                async with asyncio.timeout(scan_seconds):
+                    await self._wake.wait()
 
     async def _batch(self, task_id: uuid.UUID, size: int) -> Row:
         async with self._db.transaction() as session:
