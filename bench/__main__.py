@@ -394,8 +394,7 @@ def bare_floor(*, seconds: float, processes: int) -> dict[str, float]:
     uvloop, as `leaseq serve` runs): the HTTP server's own cost per request."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(port),
-         "--log-level", "warning"],
+        [sys.executable, "-m", "bench.bare_asgi", str(port)],
         cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL,
     )
     try:

@@ -23,3 +23,16 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         pass
     await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
     await send({"type": "http.response.body", "body": _BODY})
+
+
+if __name__ == "__main__":
+    # As `leaseq serve` runs uvicorn: httptools (one write per answer), uvloop,
+    # no server header.
+    import sys
+
+    import uvicorn
+
+    from app.asgi.one_write import OneWriteHttpToolsProtocol
+
+    uvicorn.run(app, port=int(sys.argv[1]), log_level="warning", access_log=False,
+                server_header=False, http=OneWriteHttpToolsProtocol)
