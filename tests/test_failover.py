@@ -127,6 +127,43 @@ async def _rows(url: str, sql: str) -> list[Any]:
         await conn.close()
 
 
+async def until_sent_after(load: Load, since: float, seconds: float, service: Any) -> float:
+    """Until a send answered 201 after `since`; when that was seen."""
+    deadline = since + seconds
+    while not any(t > since and kind == "send" and status == 201
+                  for t, kind, status in load.answers[-50:]):
+        assert time.monotonic() < deadline, (
+            f"no send succeeded {seconds:.0f} s after the promotion:\n{service.log()}")
+        await asyncio.sleep(0.05)
+    return time.monotonic()
+
+
+async def stop_load(load: Load, tasks: list[asyncio.Task[None]],
+                    clients: list[httpx.AsyncClient], service: Any) -> None:
+    """Stops the load; every answer it saw must have been right."""
+    load.stop.set()
+    await asyncio.gather(*tasks)
+    for c in clients:
+        await c.aclose()
+    assert not load.wrong, (
+        f"{len(load.wrong)} wrong answers:\n" + "\n".join(load.wrong[:10])
+        + "\n" + service.log(80)
+    )
+
+
+async def lost_sends(url: str, load: Load) -> tuple[list[str], dict[str, str]]:
+    """Bodies of sends answered 201 that are not in queue `load` at `url`, and
+    what is stored there (body -> message id)."""
+    rows = await _rows(
+        url,
+        "SELECT m.body, m.message_id::text FROM messages m JOIN queues q "
+        "ON q.id = m.queue_id WHERE q.name = 'load'",
+    )
+    stored = {row["body"]: row["message_id"] for row in rows}
+    lost = [body for body in load.acknowledged if stored.get(body) != load.acknowledged[body]]
+    return lost, stored
+
+
 async def test_failover_to_a_synchronous_standby_loses_nothing(tmp_path: Path) -> None:
     with ReplicatedPostgres(synchronous=True) as pg, ServiceProcesses(tmp_path) as services:
         service = services.start(
@@ -160,24 +197,10 @@ async def test_failover_to_a_synchronous_standby_loses_nothing(tmp_path: Path) -
                 await asyncio.sleep(OUTAGE)
                 await asyncio.to_thread(pg.promote)
                 promoted_at = time.monotonic()
-                deadline = promoted_at + 30
-                while not any(t > promoted_at and kind == "send" and status == 201
-                              for t, kind, status in load.answers[-50:]):
-                    assert time.monotonic() < deadline, (
-                        f"no send succeeded 30 s after the promotion:\n{service.log()}"
-                    )
-                    await asyncio.sleep(0.05)
-                recovered_at = time.monotonic()
+                recovered_at = await until_sent_after(load, promoted_at, 30, service)
                 await asyncio.sleep(LOAD_AFTER)
             finally:
-                load.stop.set()
-                await asyncio.gather(*tasks)
-                for c in clients:
-                    await c.aclose()
-            assert not load.wrong, (
-                f"{len(load.wrong)} wrong answers:\n" + "\n".join(load.wrong[:10])
-                + "\n" + service.log(80)
-            )
+                await stop_load(load, tasks, clients, service)
 
             # Serving normally again: every kind of answer is 2xx now.
             tail = [status for t, _, status in load.answers if t > recovered_at + 1.0]
@@ -224,13 +247,7 @@ async def test_failover_to_a_synchronous_standby_loses_nothing(tmp_path: Path) -
             )
 
         # Every send answered 201 is on the new primary; a 503 may or may not be.
-        rows = await _rows(
-            pg.node_url(pg.standby),
-            "SELECT m.body, m.message_id::text FROM messages m JOIN queues q "
-            "ON q.id = m.queue_id WHERE q.name = 'load'",
-        )
-        stored = {row["body"]: row["message_id"] for row in rows}
-        lost = [body for body in load.acknowledged if stored.get(body) != load.acknowledged[body]]
+        lost, stored = await lost_sends(pg.node_url(pg.standby), load)
         committed_503 = sum(1 for body in load.unavailable if body in stored)
         during = [s for t, kind, s in load.answers if killed_at <= t <= recovered_at]
         print(

@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
+from app.config import Settings, get_settings
 from app.db.engine import connect, dialer, single_host_dsns
 from app.db.hosts import Dialer
 
@@ -96,10 +96,18 @@ async def test_a_hanging_first_host_costs_its_own_timeout_then_is_passed_over(
     silent.close()
 
 
-async def test_the_service_connect_takes_libpq_multi_host_urls(
-    database_url: str, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def short_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """LEASEQ_DB_CONNECT_TIMEOUT_SECONDS=0.5 for engine.connect (settings are cached)."""
     monkeypatch.setenv("LEASEQ_DB_CONNECT_TIMEOUT_SECONDS", "0.5")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("short_connect_timeout")
+async def test_the_service_connect_takes_libpq_multi_host_urls(database_url: str) -> None:
+    assert get_settings().db_connect_timeout_seconds == 0.5
     silent = Silent()
     async with _server(silent) as hanging, _server(_forwarder(database_url)) as answering:
         conn = await connect(_two_hosts(database_url, hanging, answering),
