@@ -192,7 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             maintenance.lock.start(),
             asyncio.create_task(
                 sweep_forever(
-                    service, settings.retention_sweep_seconds, app.state.swept,
+                    db, settings.retention_sweep_seconds, app.state.swept,
                     only_while=maintenance.lock,
                 ),
                 name="leaseq-retention",

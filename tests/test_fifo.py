@@ -9,6 +9,8 @@ import asyncpg
 import httpx
 from support import eventually, make_queue, parked, receive
 
+from app.queue.retention import sweep_deduplication
+
 
 async def fifo_queue(client: httpx.AsyncClient, name: str = "orders.fifo", **attrs: Any) -> str:
     return await make_queue(client, name, fifo=True, **attrs)
@@ -486,7 +488,7 @@ async def test_expired_deduplication_ids_and_attempts_are_swept(
         "WHERE deduplication_id IN ('m0', 'm1')"
     )
     await db.execute("UPDATE receive_attempts SET expires_at = now() - interval '1 s'")
-    assert await service.sweep_deduplication(batch=1) == 2
+    assert await sweep_deduplication(client.app.state.db, batch=1) == 2  # type: ignore[attr-defined]
     left = await db.fetch("SELECT deduplication_id FROM message_deduplication ORDER BY 1")
     assert [r[0] for r in left] == ["m2", "m3", "m4"]
     assert await db.fetchval("SELECT count(*) FROM receive_attempts") == 0

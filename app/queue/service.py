@@ -1,5 +1,5 @@
 """The message operations: send, receive (and waiting), visibility, release,
-acknowledge, checkpoint, peek and the retention sweep.
+acknowledge and checkpoint; the operators' peek (peeking.py) through it too.
 
 QueueService is what the front doors (REST, SQS) call; they translate its
 LeaseqError tree into their own error shapes. Nothing here knows HTTP. It
@@ -24,7 +24,7 @@ from app.errors import (
     Overloaded,
     QueueNotFound,
 )
-from app.queue import grouped, limits, typed
+from app.queue import grouped, limits, peeking, typed
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit, Statement, run_in
@@ -49,13 +49,6 @@ _log = logging.getLogger(__name__)
 
 _DEAD_LETTER_ROUNDS = 10
 """Most claims one receive repeats while exhausted messages fill its batches."""
-
-PEEK_MAX_CHARS = 10 * 1024 * 1024
-"""Most body characters one peek may return (limit * body_chars): a page of
-operators' browsing, not a way to make the service build a gigabyte answer."""
-
-PEEK_BODY_CHARS = 1024
-"""Body characters a peek shows of each message unless it asks for more."""
 
 
 class QueueService:
@@ -577,87 +570,12 @@ class QueueService:
         )
 
     async def peek(
-        self,
-        name: str,
-        *,
-        state: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
-        body_chars: int = PEEK_BODY_CHARS,
+        self, name: str, *, state: str | None = None, limit: int = 100,
+        after: str | None = None, body_chars: int = peeking.PEEK_BODY_CHARS,
     ) -> list[PeekedMessage]:
         """Messages of a queue as an operator sees them, without claiming any."""
-        if state not in (None, "visible", "in_flight", "delayed"):
-            raise InvalidParameter("state must be visible, in_flight or delayed")
-        check_range("limit", limit, (1, 1000))
-        if limit * body_chars > PEEK_MAX_CHARS:
-            raise InvalidParameter(
-                f"limit * body_chars must be at most {PEEK_MAX_CHARS} characters, got "
-                f"{limit} * {body_chars} = {limit * body_chars}: ask for fewer messages "
-                f"per page or shorter bodies."
-            )
-        try:
-            after_id = 0 if not after else int(after)
-        except ValueError:
-            after_id = -1
-        if not 0 <= after_id < 2**63:
-            raise InvalidParameter("after must be the cursor of a previous page")
-        async with self._db.transaction() as session:
-            queue = await self.queues.lookup(session, name)
-            rows = await session.fetch(
-                Q.peek_messages,
-                {
-                    "queue_id": queue.id,
-                    "retention": queue.attributes.message_retention,
-                    "state": state,
-                    "after": after_id,
-                    "limit": limit,
-                    "body_chars": body_chars,
-                },
-            )
-        return [
-            PeekedMessage(
-                message_id=str(row["message_id"]),
-                body=row["body"],
-                truncated=row["truncated"],
-                attributes=json.loads(row["attributes"]),
-                state=row["state"],
-                receive_count=row["receive_count"],
-                sent_at=row["sent_at"],
-                first_received_at=row["first_received_at"],
-                visible_at=row["visible_at"],
-                checkpoint=None if row["checkpoint"] is None else json.loads(row["checkpoint"]),
-                dead_letter_source=row["dead_letter_source"],
-                fencing_token=row["fencing_token"] if row["state"] == "in_flight" else None,
-                lease_remaining_seconds=(
-                    None if row["lease_remaining"] is None else float(row["lease_remaining"])
-                ),
-                cursor=str(row["id"]),
-            )
-            for row in rows
-        ]
-
-    async def sweep_expired(self, batch: int = 1000) -> int:
-        """Delete messages past their queue's retention; returns how many."""
-        total = 0
-        while True:
-            count = await self._sweep_round(batch)
-            total += count
-            if count < batch:
-                return total
-
-    async def sweep_deduplication(self, batch: int = 1000) -> int:
-        """Forget deduplication ids and receive attempts past their window."""
-        total = 0
-        while True:
-            (row,) = await self._db.fetch(Q.sweep_deduplication, {"limit": batch})
-            count = int(row["swept"])
-            total += count
-            if count < batch:
-                return total
-
-    async def _sweep_round(self, batch: int) -> int:
-        async with self._db.session() as session:
-            return await session.execute(Q.sweep_expired, {"limit": batch})
+        return await peeking.peek(self._db, self.queues, name, state=state, limit=limit,
+                                  after=after, body_chars=body_chars)
 
 
 def _fifo_fields(row: Row) -> dict[str, Any]:

@@ -146,7 +146,7 @@ async def peek(
     after: str | None = Query(None, max_length=20, pattern=r"^[0-9]+$",
                               description="`next_after` of the previous page."),
     # The engine refuses limit * body_chars over 10 MiB (PEEK_MAX_CHARS in
-    # app/queue/service.py) with 422; the default page stays far below that.
+    # app/queue/peeking.py) with 422; the default page stays far below that.
     body_chars: int = Query(1024, ge=0, le=1_048_576,
                             description="Bodies are cut to this many characters; "
                             "`limit` * `body_chars` is at most 10485760."),
