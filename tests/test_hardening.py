@@ -21,7 +21,7 @@ from sqs_clients import ACCOUNT, run
 from sqs_clients import client as sqs_client
 from support import make_queue
 
-from app.api.schemas import _storable_json
+from app.api.message_schemas import _storable_json
 from app.config import Settings
 from app.db.embedded import SYSTEM_USER, EmbeddedPostgres
 from app.sqs import protocol

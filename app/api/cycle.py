@@ -11,8 +11,7 @@ from pydantic_core import to_json
 
 from app.api.decoding import AnswerOf, BodyOf, QueryOf, answering_problems
 from app.api.deps import check_batch
-from app.api.problems import entry_error
-from app.api.schemas import (
+from app.api.message_schemas import (
     BatchResults,
     CheckpointIn,
     DeleteBatchIn,
@@ -27,6 +26,7 @@ from app.api.schemas import (
     VisibilityBatchIn,
     VisibilityIn,
 )
+from app.api.problems import entry_error
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import Answer, Call
 from app.config import Settings
@@ -152,7 +152,7 @@ def _attributes(m: ReceivedMessage) -> dict[str, str]:
 
 
 def _received(m: ReceivedMessage) -> dict[str, Any]:
-    # ReceivedOut's fields, in its order (app/api/schemas.py); FIFO's only on FIFO.
+    # ReceivedOut's fields, in its order (app/api/message_schemas.py); FIFO's only on FIFO.
     out = {
         "message_id": m.message_id, "body": m.body, "attributes": _attributes(m),
         "receipt_handle": m.receipt_handle, "receive_count": m.receive_count,

@@ -15,8 +15,7 @@ from fastapi import APIRouter, Query, status
 from app.api import cycle
 from app.api.bounded_json import BoundedJsonRoute
 from app.api.deps import ServiceDep
-from app.api.problems import responses
-from app.api.schemas import (
+from app.api.message_schemas import (
     BatchResults,
     CheckpointIn,
     DeleteBatchIn,
@@ -34,6 +33,7 @@ from app.api.schemas import (
     VisibilityBatchIn,
     VisibilityIn,
 )
+from app.api.problems import responses
 from app.asgi.lean import serves
 
 router = APIRouter(
