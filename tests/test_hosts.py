@@ -123,6 +123,11 @@ async def test_the_service_connect_takes_libpq_multi_host_urls(database_url: str
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
         finally:
             await conn.close()
+        # The next connection of the process (a LISTEN reconnecting, the fleet
+        # lock's) starts with the host that answered.
+        again = await connect(_two_hosts(database_url, hanging, answering))
+        await again.close()
+        assert silent.accepted == 1
     silent.close()
 
 
@@ -154,3 +159,4 @@ def test_single_host_dsns_split_libpq_and_sqlalchemy_forms() -> None:
 def test_the_dialer_follows_the_settings() -> None:
     made = dialer(Settings(db_connect_timeout_seconds=2.5, db_dead_peer_seconds=30))
     assert (made.connect_timeout, made.dead_peer_seconds) == (2.5, 30)
+    assert dialer(Settings(db_connect_timeout_seconds=2.5, db_dead_peer_seconds=30)) is made

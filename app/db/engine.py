@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -62,10 +63,17 @@ def plain_url(url: str) -> str:
 
 def dialer(settings: Settings | None = None) -> Dialer:
     """Connects host by host, each within LEASEQ_DB_CONNECT_TIMEOUT_SECONDS, and
-    watches each connection for a vanished server (app/db/hosts.py)."""
+    watches each connection for a vanished server (app/db/hosts.py). One per
+    process for the same settings: the pools, the LISTEN connection and the fleet
+    lock share which host answered last, so after a failover none of them pays
+    the vanished host's timeout again on every reconnect."""
     settings = settings or get_settings()
-    return Dialer(connect_timeout=settings.db_connect_timeout_seconds,
-                  dead_peer_seconds=settings.db_dead_peer_seconds)
+    return _dialer(settings.db_connect_timeout_seconds, settings.db_dead_peer_seconds)
+
+
+@functools.lru_cache
+def _dialer(connect_timeout: float, dead_peer_seconds: float) -> Dialer:
+    return Dialer(connect_timeout=connect_timeout, dead_peer_seconds=dead_peer_seconds)
 
 
 def single_host_dsns(url: str) -> list[str]:
