@@ -42,6 +42,7 @@ from bench._harness import (
     wait_settled,
 )
 from bench.cycle import RAW_CLAIM, RAW_SEND, _cpu
+from bench.heartbeats import in_flight
 from bench.longpoll import database_url
 
 RESULTS = Path(__file__).parent / "results"
@@ -191,44 +192,6 @@ def _run(kind: str, target: Any, queue: Any, chunks: list[Any], *, clients: int,
     }
 
 
-def _rest_leases(port: int, queue: str, leases: int) -> list[str]:
-    """`leases` messages sent to a new queue and received: their receipt handles."""
-    call(port, "POST", "/v1/queues", {"name": queue})
-    handles: list[str] = []
-
-    async def send() -> None:
-        http = await Http.open(port)
-        try:
-            for start in range(0, leases, CHUNK):
-                batch = [{"body": "held"}] * min(CHUNK, leases - start)
-                status, _ = await http.request("POST", f"/v1/queues/{queue}/messages",
-                                               {"messages": batch})
-                if status not in (200, 201):
-                    raise RuntimeError(f"send: {status}")
-        finally:
-            http.close()
-
-    async def receive(deadline: float) -> None:
-        http = await Http.open(port)
-        try:
-            while len(handles) < leases:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"received {len(handles)} of {leases} leases")
-                _, got = await http.request(
-                    "GET", f"/v1/queues/{queue}/receive?max=10&visibility_timeout={TIMEOUT}")
-                handles.extend(m["receipt_handle"] for m in got["messages"])
-        finally:
-            http.close()
-
-    async def go() -> None:
-        await send()
-        deadline = time.monotonic() + 120
-        await asyncio.gather(*(receive(deadline) for _ in range(4)))
-
-    asyncio.run(go())
-    return handles
-
-
 def _raw_leases(url: str, queue_id: int, leases: int) -> list[RawChunk]:
     """`leases` messages inserted and claimed in SQL: (ids, tokens) in chunks."""
     async def go() -> list[tuple[int, str]]:
@@ -269,7 +232,7 @@ def measure(service: Service, url: str, *, leases: int, seconds: float, clients:
     raw_queue, rest_queue = f"{prefix}-raw", f"{prefix}-rest"
     call(service.port, "POST", "/v1/queues", {"name": raw_queue})
     raw_chunks = _raw_leases(url, find_queue_id(url, raw_queue), leases)
-    handles = _rest_leases(service.port, rest_queue, leases)
+    handles = in_flight(service.port, rest_queue, leases, TIMEOUT)
     rest_chunks = [handles[s:s + CHUNK] for s in range(0, len(handles), CHUNK)]
     _vacuum(url)
     raw = _run("raw", url, find_queue_id(url, raw_queue), raw_chunks, clients=clients,

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from bench._harness import Http
+from bench._harness import Http, call
 
 LEASE = 30
 """Seconds of each lease; every lease is extended every LEASE/3 seconds."""
@@ -27,22 +27,7 @@ class Heartbeats:
         self._thread: threading.Thread | None = None
 
     def prepare(self) -> None:
-        async def go() -> None:
-            http = await Http.open(self.port)
-            await http.request("POST", "/v1/queues", {"name": self.queue})
-            for start in range(0, self.count, 100):
-                batch = [{"body": "held"}] * min(100, self.count - start)
-                await http.request(
-                    "POST", f"/v1/queues/{self.queue}/messages", {"messages": batch}
-                )
-            while len(self.handles) < self.count:
-                _, got = await http.request(
-                    "GET", f"/v1/queues/{self.queue}/receive?max=10&visibility_timeout={LEASE}"
-                )
-                self.handles += [m["receipt_handle"] for m in got["messages"]]
-            http.close()
-
-        asyncio.run(go())
+        self.handles = in_flight(self.port, self.queue, self.count, LEASE)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._beat()), daemon=True)
@@ -71,3 +56,42 @@ class Heartbeats:
                 next_at += interval
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         http.close()
+
+
+def in_flight(port: int, queue: str, leases: int, visibility_timeout: int) -> list[str]:
+    """`leases` messages sent to a new queue (100 a request) and received with
+    `visibility_timeout`: their receipt handles."""
+    call(port, "POST", "/v1/queues", {"name": queue})
+    handles: list[str] = []
+
+    async def send() -> None:
+        http = await Http.open(port)
+        try:
+            for start in range(0, leases, 100):
+                batch = [{"body": "held"}] * min(100, leases - start)
+                status, _ = await http.request("POST", f"/v1/queues/{queue}/messages",
+                                               {"messages": batch})
+                if status not in (200, 201):
+                    raise RuntimeError(f"send: {status}")
+        finally:
+            http.close()
+
+    async def receive(deadline: float) -> None:
+        http = await Http.open(port)
+        try:
+            while len(handles) < leases:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"received {len(handles)} of {leases} leases")
+                _, got = await http.request("GET", f"/v1/queues/{queue}/receive?max=10"
+                                                   f"&visibility_timeout={visibility_timeout}")
+                handles.extend(m["receipt_handle"] for m in got["messages"])
+        finally:
+            http.close()
+
+    async def go() -> None:
+        await send()
+        deadline = time.monotonic() + 120
+        await asyncio.gather(*(receive(deadline) for _ in range(4)))
+
+    asyncio.run(go())
+    return handles
