@@ -24,8 +24,9 @@ from app.errors import (
     Overloaded,
     QueueNotFound,
 )
-from app.queue import grouped, limits, peeking, typed
+from app.queue import grouped, limits, peeking
 from app.queue.catalog import QueueCatalog, check_range
+from app.queue.claimed import claimed
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit, Statement, run_in
 from app.queue.grouped import Change, Deleted, Handle
@@ -225,7 +226,9 @@ class QueueService:
                 (share,) = await run_in(session, claim, (queue, visibility_timeout), [[take]])
             acked.update(share.acked)
             self._tell_claimed(queue, share.rows, share.dead, visibility_timeout)
-            received.extend(self._received(queue, row, visibility_timeout) for row in share.rows)
+            received.extend(
+                claimed(queue, row, visibility_timeout, self._signer) for row in share.rows
+            )
             if share.dead == 0 or len(received) >= count:
                 break
         return received, acked
@@ -239,35 +242,6 @@ class QueueService:
             )
         if dead:
             self.events.dead_lettered(queue.name, dead)
-
-    def _received(self, queue: Queue, row: Row, visibility_timeout: int) -> ReceivedMessage:
-        text = row["attributes"]
-        types = row["attribute_types"]
-        checkpoint = row["checkpoint"]
-        # Most messages carry no attributes: no JSON to read, nothing to type.
-        flat = {} if text == "{}" else json.loads(text)
-        return ReceivedMessage(
-            message_id=str(row["message_id"]),
-            body=row["body"],
-            attributes=flat,
-            typed_attributes=(
-                typed.join(flat, None if types is None else json.loads(types))
-                if flat or types is not None else {}
-            ),
-            sender_id=row["sender_id"],
-            trace_header=row["trace_header"],
-            receipt_handle=self._signer.encode(
-                Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
-            ),
-            receive_count=row["receive_count"],
-            fencing_token=row["fencing_token"],
-            visibility_timeout=visibility_timeout,
-            lease_expires_at=row["lease_expires_at"],
-            sent_at=row["sent_at"],
-            first_received_at=row["first_received_at"],
-            checkpoint=None if checkpoint is None else json.loads(checkpoint),
-            **(_fifo_fields(row) if queue.attributes.fifo else {}),
-        )
 
     async def receive(
         self,
@@ -348,7 +322,7 @@ class QueueService:
         )
         if rows:
             rows.sort(key=lambda row: row["sequence_number"])
-            return [self._received(queue, row, row["visibility_timeout"]) for row in rows]
+            return [claimed(queue, row, row["visibility_timeout"], self._signer) for row in rows]
         received = await receive.run()
         if received:
             lease = received[0].visibility_timeout
@@ -576,14 +550,6 @@ class QueueService:
         """Messages of a queue as an operator sees them, without claiming any."""
         return await peeking.peek(self._db, self.queues, name, state=state, limit=limit,
                                   after=after, body_chars=body_chars)
-
-
-def _fifo_fields(row: Row) -> dict[str, Any]:
-    return {
-        "group_id": row["group_id"],
-        "sequence_number": str(row["sequence_number"]),
-        "deduplication_id": row["deduplication_id"],
-    }
 
 
 class Settled(NamedTuple):
