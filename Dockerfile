@@ -2,7 +2,7 @@
 #
 #   docker build -t leaseq .
 #   docker run -p 127.0.0.1:8000:8000 -e DATABASE_URL=postgresql://user:pass@host:5432/db \
-#              -e LEASEQ_SECRET=<at least 16 characters> \
+#              -e LEASEQ_SECRET=$(openssl rand -hex 32) \
 #              -e LEASEQ_ADMIN_KEY=<key id>.<secret> leaseq
 #
 # It listens on 0.0.0.0, so `leaseq serve` refuses to start without an API key

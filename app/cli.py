@@ -103,15 +103,33 @@ def main(argv: list[str] | None = None) -> int:
         return _keys(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
         args = _parser().parse_args(["serve", *given])
+    from pydantic import ValidationError
+
     from app.errors import EmbeddedPostgresError
 
     try:
         return _serve(args)
+    except ValidationError as exc:
+        print(f"leaseq serve: the configuration is not valid:\n{_settings_errors(exc)}",
+              file=sys.stderr)
+        return 2
     except EmbeddedPostgresError as exc:
         # An operator's problem (data directory in use, server will not start):
         # one clear line, not a traceback.
         print(f"leaseq serve: {exc}", file=sys.stderr)
         return 1
+
+
+def _settings_errors(exc: Any) -> str:
+    """A pydantic ValidationError of the settings as lines an operator reads:
+    the variable and what is wrong, never the value (it may be a secret)."""
+    lines = []
+    for error in exc.errors():
+        name = "_".join(str(part) for part in error["loc"]).upper() or "settings"
+        variable = name if name == "DATABASE_URL" else f"LEASEQ_{name}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"  {variable}: {message}")
+    return "\n".join(lines)
 
 
 def _settings(**overrides: object) -> Settings:
@@ -210,36 +228,50 @@ def _unsafe_to_serve(
     if settings.is_loopback() or insecure:
         return None
     assert settings.database_url is not None
-    if settings.secret is None and not (settings.data_dir / "receipt-secret").exists():
-        if embedded is None:
-            return (
-                f"refusing to listen on {settings.host} without LEASEQ_SECRET: each replica "
-                "would invent its own, and SQS clients' keys would work on one of them only. "
-                "Set LEASEQ_SECRET (at least 16 characters) on every replica."
-            )
-    if (
-        settings.sqs_credentials is None
-        and settings.bootstrap_admin_key() is None
-        and not asyncio.run(_any_key_stored(settings.database_url))
-    ):
+    # A secret file in the data directory belongs to this host alone: replicas on
+    # one database each read their own, so keys sealed on one fail on the others.
+    # With a database of its own (embedded) the file is right; with DATABASE_URL
+    # only LEASEQ_SECRET is, whatever an earlier run left behind.
+    if settings.secret is None and embedded is None:
+        kept = settings.data_dir / "receipt-secret"
+        carry = (
+            f"\n  To keep the secret an earlier run stored in {kept}, set "
+            f"LEASEQ_SECRET=\"$(cat {kept})\" on every replica."
+            if kept.exists() else ""
+        )
         return (
-            f"refusing to listen on {settings.host} with no API key: anyone who reaches the "
-            "port could read, send and delete every message.\n"
+            f"refusing to listen on {settings.host} with DATABASE_URL and no LEASEQ_SECRET: "
+            "each replica would use a secret of its own, and SQS clients' keys would work "
+            "on one of them only. Set LEASEQ_SECRET on every replica "
+            "(make one: openssl rand -hex 32)." + carry
+        )
+    if settings.sqs_credentials is None and not asyncio.run(_usable_key(settings)):
+        return (
+            f"refusing to listen on {settings.host} with no usable API key: anyone who "
+            "reaches the port could read, send and delete every message.\n"
             "  Create a key:  leaseq keys create --name admin --scope 'admin:*'\n"
-            "  or give one:   LEASEQ_ADMIN_KEY=<key id>.<secret> (or LEASEQ_ADMIN_KEY_FILE)\n"
+            "  or give one:   LEASEQ_ADMIN_KEY=<key id>.<secret> (or LEASEQ_ADMIN_KEY_FILE;\n"
+            "                 a bootstrap key that was revoked stays revoked)\n"
             "  or serve open: leaseq serve --insecure (only on a network you trust)"
         )
     return None
 
 
-async def _any_key_stored(database_url: str) -> bool:
-    from app.auth.store import Q
+async def _usable_key(settings: Settings) -> bool:
+    """Whether a key works now, after the bootstrap key (if any) is created: a
+    variable being set is not a key, and a revoked or expired one opens nothing."""
+    from app.auth.store import KeyStore, Q
     from app.db.connector import Connector
     from app.db.engine import create_engine
+    from app.main import bootstrap_admin_key
 
-    engine = create_engine(database_url, pool_size=1)
+    assert settings.database_url is not None
+    engine = create_engine(settings.database_url, pool_size=1)
     try:
-        return bool((await Connector(engine).fetch(Q.any_api_key))[0][0])
+        db = Connector(engine)
+        keys = KeyStore(db, master=settings.master_secret(), listening=lambda: False)
+        await bootstrap_admin_key(keys, settings)
+        return bool((await db.fetch(Q.any_api_key))[0][0])
     finally:
         await engine.dispose()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
+import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -56,10 +58,59 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("leaseq"))
 
 
+KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+"""An API key id's shape (app/auth/tokens.py), here so a bootstrap key is checked
+with the settings that name it."""
+
+SECRET_BITS = 256
+"""LEASEQ_SECRET's least estimated entropy: 32 bytes, as `openssl rand -hex 32` gives."""
+
+
+def estimated_bits(text: str) -> float:
+    """A generous estimate of a secret's entropy: its length times the bits of
+    the smallest alphabet its characters come from (hex, or the classes it
+    uses). It catches the mistakes (a word, a short or repetitive value), not a
+    weak secret drawn from a strong-looking alphabet, which nothing here can."""
+    if len(set(text)) < 8:
+        return 0.0
+    if all(c in "0123456789abcdef" for c in text) or all(c in "0123456789ABCDEF" for c in text):
+        alphabet = 16
+    else:
+        alphabet = (
+            26 * any(c.islower() for c in text) + 26 * any(c.isupper() for c in text)
+            + 10 * any(c.isdigit() for c in text) + 33 * any(not c.isalnum() for c in text)
+        )
+    return len(text) * math.log2(alphabet)
+
+
+def check_admin_key(token: str, where: str) -> str:
+    """A bootstrap key `<key id>.<secret>`, or ValueError naming what is wrong."""
+    key_id, sep, secret = token.partition(".")
+    if not sep or not KEY_ID.fullmatch(key_id):
+        raise ValueError(
+            f"{where} must be <key id>.<secret>, the key id of letters, digits, _ and -"
+        )
+    if len(secret) < 20:
+        raise ValueError(f"{where}: the secret after the key id must be at least 20 characters")
+    return token
+
+
 class Settings(BaseSettings):
     """Every setting is an environment variable: `LEASEQ_<NAME>` (and `DATABASE_URL`)."""
 
     model_config = SettingsConfigDict(env_prefix="LEASEQ_", extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, values: object) -> object:
+        # `LEASEQ_ADMIN_KEY=` in a compose file or a unit means "not set": an empty
+        # or blank value must never pass for a configured one (an empty secret, an
+        # admin key that creates nothing).
+        if isinstance(values, dict):
+            return {
+                k: v for k, v in values.items() if not (isinstance(v, str) and not v.strip())
+            }
+        return values
 
     database_url: str | None = Field(
         default=None,
@@ -235,6 +286,39 @@ class Settings(BaseSettings):
         "sets its own (bursts of twice that); 0: unlimited.",
     )
 
+    @field_validator("secret")
+    @classmethod
+    def _strong_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value().strip()
+        if estimated_bits(text) < SECRET_BITS:
+            raise ValueError(
+                "LEASEQ_SECRET is too weak: it needs at least 32 bytes of entropy, such as "
+                "64 hex digits (make one: openssl rand -hex 32)"
+            )
+        return SecretStr(text)
+
+    @field_validator("admin_key")
+    @classmethod
+    def _admin_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_admin_key(value.get_secret_value().strip(), "LEASEQ_ADMIN_KEY")
+        return value
+
+    @field_validator("admin_key_file")
+    @classmethod
+    def _admin_key_file_shape(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                text = value.read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"LEASEQ_ADMIN_KEY_FILE cannot be read: {exc}") from None
+            if not text:
+                raise ValueError(f"LEASEQ_ADMIN_KEY_FILE {value} is empty")
+            check_admin_key(text, f"LEASEQ_ADMIN_KEY_FILE {value}")
+        return value
+
     @field_validator("sqs_credentials")
     @classmethod
     def _credential_pairs(cls, value: SecretStr | None) -> SecretStr | None:
@@ -310,10 +394,12 @@ class Settings(BaseSettings):
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     def bootstrap_admin_key(self) -> str | None:
+        """LEASEQ_ADMIN_KEY (or its file), checked for shape when settings were read."""
         if self.admin_key is not None:
             return self.admin_key.get_secret_value().strip()
         if self.admin_key_file is not None:
-            return self.admin_key_file.read_text().strip()
+            return check_admin_key(self.admin_key_file.read_text().strip(),
+                                   f"LEASEQ_ADMIN_KEY_FILE {self.admin_key_file}")
         return None
 
     def master_secret(self) -> bytes:

@@ -23,7 +23,6 @@ from app.asgi.lean import LeanApp
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
-from app.auth.tokens import split_bearer
 from app.config import Settings, get_settings, parse_credentials
 from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, split_pool
@@ -325,7 +324,7 @@ async def _load_keys(keyring: ReceiptKeyring, keys: KeyStore, settings: Settings
             if not keyring.loaded:
                 await keyring.start()
             await keys.refresh()
-            await _bootstrap_admin_key(keys, settings)
+            await bootstrap_admin_key(keys, settings)
             return
         except (DatabaseUnavailable, DatabaseError) as exc:
             _log.warning("cannot load the keys yet (%s); retrying in %.1fs", exc, delay)
@@ -333,17 +332,13 @@ async def _load_keys(keyring: ReceiptKeyring, keys: KeyStore, settings: Settings
             delay = min(delay * 2, 5.0)
 
 
-async def _bootstrap_admin_key(keys: KeyStore, settings: Settings) -> None:
-    """LEASEQ_ADMIN_KEY: an admin key a deployment starts with, created once."""
+async def bootstrap_admin_key(keys: KeyStore, settings: Settings) -> None:
+    """LEASEQ_ADMIN_KEY: an admin key a deployment starts with, created once. Its
+    shape was checked with the settings; once revoked it stays revoked."""
     token = settings.bootstrap_admin_key()
     if not token:
         return
-    parts = split_bearer(token)
-    if parts is None:
-        raise RuntimeError("LEASEQ_ADMIN_KEY must be <key id>.<secret>")
-    key_id, secret = parts
-    if len(secret) < 20:
-        raise RuntimeError("LEASEQ_ADMIN_KEY's secret must be at least 20 characters")
+    key_id, _, secret = token.partition(".")
     created = await keys.create("bootstrap admin", ["admin:*"], key_id=key_id, secret=secret)
     if created is not None:
         _log.info("created the bootstrap admin key %s", key_id)

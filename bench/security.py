@@ -204,7 +204,7 @@ def guard_cost(rounds: int = 3, n: int = 20_000) -> dict[str, float] | None:
         store = KeyStore(None, master=b"m" * 32, listening=lambda: True)  # type: ignore[arg-type]
         principal = Principal(ADMIN_ID, "bench", (Scope.parse("admin:*"),))
         forever = time.monotonic() + 1e9
-        store._any_stored = True
+        store._required = True
         store._cache[ADMIN_ID] = _Cached(principal, tokens.secret_hash(secret), secret, forever)
         store._touched[ADMIN_ID] = forever  # no last_used_at write
     except Exception:  # internals moved: skip this figure

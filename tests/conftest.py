@@ -22,9 +22,10 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+import sandbox_home
 import uvicorn
 from sqlalchemy.engine import make_url
-from support import wait_until
+from support import TEST_SECRET, wait_until
 
 from app.config import Settings
 from app.db.embedded import EmbeddedPostgres
@@ -32,9 +33,23 @@ from app.db.engine import plain_url
 from app.db.migrate import upgrade
 from app.main import create_app
 
+# Before any test reads a setting: the session's own home (tests/sandbox_home.py).
+SANDBOX = sandbox_home.enter()
+
 EXTERNAL_URL = os.environ.get("DATABASE_URL") or None
 
 _DATABASE_FIXTURES = frozenset({"server_url", "template_db", "database_url"})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite never writes into the user's real leaseq data directory: a run
+    that did fails, naming what it touched."""
+    touched = SANDBOX.real_changes()
+    if touched:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nthe test suite changed the user's data directory "
+              f"{SANDBOX.real_data_dir}: {sorted(touched)}")
+    shutil.rmtree(SANDBOX.home, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -111,7 +126,7 @@ def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Setting
         values: dict[str, Any] = {
             "database_url": database_url,
             "data_dir": tmp_path / "data",
-            "secret": "test-secret-0123456789abcdef",
+            "secret": TEST_SECRET,
             # The in-process clients call the app as http://leaseq.test.
             "allowed_hosts": "leaseq.test,localhost,127.0.0.1",
             # Tests send many messages in one request; the default (10) is

@@ -11,6 +11,9 @@ import httpx
 
 from app.queue.sql import Q
 
+TEST_SECRET = "897fe499db9274cfc62e45922c62df91dabfe498044a1700d0e1cdabc0e3716d"
+"""A LEASEQ_SECRET strong enough for the settings' check (64 hex digits)."""
+
 
 async def make_queue(client: httpx.AsyncClient, name: str = "jobs", **attributes: Any) -> str:
     response = await client.post("/v1/queues", json={"name": name, **attributes})

@@ -222,3 +222,45 @@ async def test_a_send_key_works_end_to_end(app_factory: AppClient) -> None:
     await send(client, "jobs", "hello")
     got = (await client.get("/v1/queues/jobs/receive")).json()["messages"]
     assert got[0]["body"] == "hello"
+
+
+async def test_revoking_the_last_key_locks_the_doors_for_good(app_factory: AppClient) -> None:
+    client = await app_factory()
+    await make_queue(client, "kept")
+    token = await client.app.state.keys.create("only", ["admin:*"])  # type: ignore[attr-defined]
+    info, secret = token
+    mine = bearer(f"{info.id}.{secret}")
+    assert (await client.delete(f"/v1/keys/{info.id}", headers=mine)).status_code == 204
+    # No usable key is left: nobody gets in, and nobody may make a key over HTTP.
+    for path in ("/v1/queues", "/v1/queues/kept"):
+        assert (await client.get(path)).status_code == 401
+        assert (await client.get(path, headers=mine)).status_code == 401
+    made = await client.post("/v1/keys", json={"name": "x", "scopes": ["admin:*"]})
+    assert made.status_code == 401
+    # A process started afterwards on the same database agrees.
+    later = await app_factory()
+    assert (await later.get("/v1/queues")).status_code == 401
+
+
+async def test_the_last_key_expiring_locks_the_doors(app_factory: AppClient) -> None:
+    client = await app_factory()
+    keys = client.app.state.keys  # type: ignore[attr-defined]
+    info, secret = await keys.create("brief", ["admin:*"], expires_in=1.0)
+    token = bearer(f"{info.id}.{secret}")
+    assert (await client.get("/v1/queues", headers=token)).status_code == 200
+
+    async def expired() -> bool:
+        return (await client.get("/v1/queues", headers=token)).status_code == 401
+
+    await eventually(expired, seconds=5.0)
+    assert (await client.get("/v1/queues")).status_code == 401
+    assert (await (await app_factory()).get("/v1/queues")).status_code == 401
+
+
+async def test_a_revoked_bootstrap_key_stays_revoked(app_factory: AppClient) -> None:
+    client = await app_factory(admin_key=ADMIN)
+    key_id = ADMIN.split(".")[0]
+    assert (await client.delete(f"/v1/keys/{key_id}", headers=bearer(ADMIN))).status_code == 204
+    again = await app_factory(admin_key=ADMIN)  # a restart with the variable still set
+    assert (await again.get("/v1/queues", headers=bearer(ADMIN))).status_code == 401
+    assert (await again.get("/v1/queues")).status_code == 401

@@ -20,11 +20,14 @@ from processes import (
     service_env,
 )
 from sqlalchemy.engine import make_url
+from support import TEST_SECRET
 
 from app.db.engine import plain_url
 from app.db.migrate import alembic_config
 
 pytestmark = pytest.mark.e2e
+
+ADMIN_KEY = "LQCLIBOOTSTRAP000001.cli-admin-secret-0123456789abcdef"
 
 
 @pytest.fixture
@@ -157,7 +160,7 @@ def test_help(command: tuple[str, ...]) -> None:
 
 def test_keys_commands_on_the_database(database_url: str) -> None:
     env = service_env(database_url=plain_url(database_url))
-    env["LEASEQ_SECRET"] = "a-master-secret-for-the-cli-test"
+    env["LEASEQ_SECRET"] = TEST_SECRET
     created = run_cli("keys", "create", "--name", "ci", "--scope", "send:orders-*",
                       "--scope", "read:*", "--expires", "90d", env=env)
     several = run_cli("keys", "create", "--name", "two", "--scope", "send:a", "receive:a",
@@ -185,10 +188,81 @@ def test_serve_refuses_a_public_address_without_a_key(database_url: str) -> None
     no_secret = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
     assert no_secret.returncode == 2
     assert "LEASEQ_SECRET" in no_secret.stderr and "Traceback" not in no_secret.stderr
-    env["LEASEQ_SECRET"] = "a-master-secret-for-the-cli-test"
+    env["LEASEQ_SECRET"] = TEST_SECRET
     no_key = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
     assert no_key.returncode == 2
     assert "leaseq keys create" in no_key.stderr and "--insecure" in no_key.stderr
+
+
+def test_a_secret_file_does_not_stand_for_leaseq_secret_with_database_url(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A secret left in the data directory (by an earlier `leaseq serve` on the
+    embedded database) is one host's: with DATABASE_URL, replicas could not share
+    it, so a public address still needs LEASEQ_SECRET, and is told how to keep it."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "receipt-secret").write_text(TEST_SECRET)
+    env = service_env(database_url=plain_url(database_url))
+    refused = run_cli("serve", "--host", "0.0.0.0", "--port", "0", "--data-dir", str(data_dir),
+                      env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "no LEASEQ_SECRET" in refused.stderr
+    assert f"$(cat {data_dir / 'receipt-secret'})" in refused.stderr
+
+
+def test_the_embedded_database_serves_a_public_address_with_its_own_secret(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    """With the embedded database the data directory's secret is the right one:
+    it sits beside the only database it seals keys for."""
+    data_dir = tmp_path / "data"
+    service = services.start(data_dir, extra_args=("--host", "0.0.0.0"),
+                             env={"LEASEQ_ADMIN_KEY": ADMIN_KEY})
+    service.wait_healthy()
+    assert (data_dir / "receipt-secret").exists()
+    with service.client() as client:
+        assert client.get("/v1/queues").status_code == 401
+        listed = client.get("/v1/queues", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        assert listed.status_code == 200, listed.text
+    assert service.stop() == 0, service.log()
+
+
+async def _revoke_after_creating(url: str, token: str) -> None:
+    from app.auth.store import KeyStore
+    from app.db.connector import Connector
+    from app.db.engine import create_engine
+
+    engine = create_engine(url, pool_size=1)
+    try:
+        store = KeyStore(Connector(engine), master=TEST_SECRET.encode(), listening=lambda: False)
+        key_id, _, secret = token.partition(".")
+        await store.create("bootstrap admin", ["admin:*"], key_id=key_id, secret=secret)
+        assert await store.revoke(key_id)
+    finally:
+        await engine.dispose()
+
+
+def test_a_revoked_bootstrap_key_does_not_pass_protected_mode(database_url: str) -> None:
+    asyncio.run(_revoke_after_creating(database_url, ADMIN_KEY))
+    env = service_env(database_url=plain_url(database_url))
+    env.update(LEASEQ_SECRET=TEST_SECRET, LEASEQ_ADMIN_KEY=ADMIN_KEY)
+    refused = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert refused.returncode == 2
+    assert "no usable API key" in refused.stderr and "stays revoked" in refused.stderr
+
+
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("LEASEQ_ADMIN_KEY", "not-a-key", "LEASEQ_ADMIN_KEY: LEASEQ_ADMIN_KEY must be <key id>"),
+    ("LEASEQ_SECRET", "too-short", "LEASEQ_SECRET: LEASEQ_SECRET is too weak"),
+])
+def test_serve_refuses_bad_settings_clearly(variable: str, value: str, says: str) -> None:
+    env = service_env()
+    env[variable] = value
+    refused = run_cli("serve", "--port", "0", env=env)
+    assert refused.returncode == 2
+    assert says in refused.stderr and "Traceback" not in refused.stderr
+    assert value not in refused.stderr  # a secret is never echoed
 
 
 def test_serve_insecure_listens_open_on_a_public_address(

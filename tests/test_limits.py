@@ -17,7 +17,7 @@ import uvicorn
 from botocore.config import Config
 from conftest import AppClient
 from sqs_clients import run
-from support import make_queue, receive, send, wait_until
+from support import TEST_SECRET, make_queue, receive, send, wait_until
 
 from app.cli import _run_uvicorn
 from app.config import Settings
@@ -255,7 +255,7 @@ def test_uvicorn_turns_requests_away_only_above_the_waiter_cap(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     base = {"database_url": "postgresql://nobody@127.0.0.1/none", "data_dir": tmp_path,
-            "secret": "test-secret-0123456789abcdef"}
+            "secret": TEST_SECRET}
     config = _uvicorn_config(monkeypatch, **base, max_waiters=40, keep_alive_seconds=9)
     assert config.limit_concurrency == 1040
     assert config.timeout_keep_alive == 9

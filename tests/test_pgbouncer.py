@@ -27,6 +27,7 @@ import httpx
 import pytest
 from processes import LEASEQ, ServiceProcesses, free_port
 from sqlalchemy.engine import make_url
+from support import TEST_SECRET
 
 from app.db.engine import create_engine
 
@@ -179,7 +180,7 @@ async def test_the_message_cycle_through_transaction_pooling(
     bouncer = pgbouncers("transaction")
     command = (
         "env", "LEASEQ_PGBOUNCER=transaction", f"LEASEQ_LISTEN_URL={database_url}",
-        "LEASEQ_SECRET=pgbouncer-test-secret-0123456789", LEASEQ,
+        f"LEASEQ_SECRET={TEST_SECRET}", LEASEQ,
     )
     # One after the other: each start migrates under a session-level advisory
     # lock (alembic/env.py), which transaction pooling does not keep (docs/deploy.md).

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import TEST_SECRET
 
 from app.config import Settings
 from app.errors import InvalidReceiptHandle
@@ -61,8 +62,8 @@ def test_secret_is_generated_once_and_kept_in_the_data_dir(tmp_path: Path) -> No
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["receipt-secret"]
     # A configured secret wins over the file.
-    configured = Settings(data_dir=tmp_path, secret="configured-secret-value")
-    assert configured.master_secret() == b"configured-secret-value"
+    configured = Settings(data_dir=tmp_path, secret=TEST_SECRET)
+    assert configured.master_secret() == TEST_SECRET.encode()
 
 
 def test_handles_name_their_key_and_any_unretired_key_verifies() -> None:

@@ -24,12 +24,12 @@ import asyncpg
 import httpx
 import pytest
 from processes import LEASEQ, Service, ServiceProcesses
-from support import eventually
+from support import TEST_SECRET, eventually
 
 pytestmark = pytest.mark.e2e
 
 ENV = {
-    "LEASEQ_SECRET": "replicas-test-secret-0123456789",
+    "LEASEQ_SECRET": TEST_SECRET,
     "LEASEQ_RETENTION_SWEEP_SECONDS": "0.2",
     "LEASEQ_ACCESS_LOG": "false",
     "LEASEQ_LOG_FORMAT": "text",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-from support import make_queue, receive, send
+from support import TEST_SECRET, make_queue, receive, send
 
 from app.config import Settings
 from app.main import create_app
@@ -20,7 +20,7 @@ async def test_unreachable_database_is_503(tmp_path: Path) -> None:
     settings = Settings(
         database_url=f"postgresql://postgres@127.0.0.1:{port}/nothing",
         data_dir=tmp_path,
-        secret="test-secret-0123456789abcdef",
+        secret=TEST_SECRET,
         retention_sweep_seconds=3600,
         pool_wait_seconds=0.5,  # the start waits this long for the keys, then serves
     )

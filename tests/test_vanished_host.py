@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 from processes import LEASEQ, ServiceProcesses, free_port
+from support import TEST_SECRET
 from test_failover import (
     SENDERS,
     Load,
@@ -142,7 +143,7 @@ async def test_a_primary_whose_host_vanishes_is_given_up_and_the_standby_taken(
                                 f"LEASEQ_DB_DEAD_PEER_SECONDS={DEAD_PEER_SECONDS}",
                                 f"LEASEQ_DB_CONNECT_TIMEOUT_SECONDS={CONNECT_TIMEOUT}",
                                 "LEASEQ_ALLOWED_HOSTS=*",
-                                "LEASEQ_SECRET=vanished-host-test-secret", LEASEQ),
+                                f"LEASEQ_SECRET={TEST_SECRET}", LEASEQ),
             # Open: the namespace is this test's own network, reached by nothing else.
             extra_args=("--host", network.standby.peer, "--insecure"),
         )

@@ -25,7 +25,13 @@ UPDATE api_keys SET revoked_at = now()
 WHERE id = :id AND revoked_at IS NULL
 RETURNING id;
 
+-- name: keys_required
+-- Once a key has been stored, keys are required for good: revoking or expiring
+-- the last one locks the doors, never opens them (docs/security.md, recovery).
+SELECT EXISTS (SELECT 1 FROM api_keys) AS required;
+
 -- name: any_api_key
+-- A key that works now: protected mode's check before serving a public address.
 SELECT EXISTS (
     SELECT 1 FROM api_keys
     WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())

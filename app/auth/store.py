@@ -89,7 +89,7 @@ class KeyStore:
         # Ids looked up and not found: a flood of made-up ids must not cost a
         # query each. Dropped with the cache when keys change.
         self._missing: dict[str, float] = {}
-        self._any_stored: bool | None = None  # None: not read yet
+        self._required: bool | None = None  # None: not read yet
         self._touched: dict[str, float] = {}
         self._background: set[asyncio.Task[None]] = set()
 
@@ -97,18 +97,21 @@ class KeyStore:
 
     @property
     def enforcing(self) -> bool:
-        """Keys exist, so every request must present one. Call `ensure` first."""
-        return bool(self._static) or bool(self._any_stored)
+        """A key exists or once did, so every request must present a valid one
+        (none may be left: then every request is refused). Call `ensure` first."""
+        return bool(self._static) or bool(self._required)
 
     async def ensure(self) -> None:
-        """Reads whether keys exist if that is not known yet (the database was
-        down at start): DatabaseUnavailable until it can be read."""
-        if self._any_stored is None and not self._static:
+        """Reads whether keys are required if that is not known yet (the database
+        was down at start): DatabaseUnavailable until it can be read."""
+        if self._required is None and not self._static:
             await self.refresh()
 
     async def refresh(self) -> None:
-        """Re-read whether any usable key is stored."""
-        self._any_stored = bool((await self._db.fetch(Q.any_api_key))[0][0])
+        """Re-read whether keys are required. Only ever turns it on: no change a
+        request can make to the keys opens the doors again."""
+        if not self._required:
+            self._required = bool((await self._db.fetch(Q.keys_required))[0][0])
 
     def on_notice(self, text: str) -> None:
         """A notification: keys changed (or the channel was down: anything may have)."""
@@ -243,7 +246,7 @@ class KeyStore:
             if row is None:
                 return None
             await session.fetch(Q.notify_keys, {"notice": NOTICE})
-        self._any_stored = True
+        self._required = True
         self._missing.pop(key_id, None)
         return KeyInfo.of(row), secret
 
