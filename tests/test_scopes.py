@@ -23,7 +23,7 @@ from app.errors import Forbidden
     ("read:j.bs", "read", "jobs", False),  # a dot is a dot, not any character
     ("admin:team-*", "send", "team-a", True),  # admin implies the rest on its queues
     ("admin:team-*", "receive", "other", False),
-    ("admin", "read", "anything", True),  # no pattern: every queue
+    ("admin:*", "read", "anything", True),
     ("send:*", "send", "a\nb", True),
 ])
 def test_what_a_scope_grants(scope: str, action: str, queue: str, granted: bool) -> None:
@@ -31,6 +31,7 @@ def test_what_a_scope_grants(scope: str, action: str, queue: str, granted: bool)
 
 
 @pytest.mark.parametrize("text", ["write:*", "send:", "send:a/b", "send:a b", "", ":x",
+                                  "admin", "read",  # a scope always names its pattern
                                   "send:" + "a" * 81])
 def test_malformed_scopes(text: str) -> None:
     with pytest.raises(ScopeError):

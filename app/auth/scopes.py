@@ -35,7 +35,12 @@ class Scope:
     def parse(cls, text: str) -> Scope:
         action, sep, pattern = text.strip().partition(":")
         if not sep:
-            pattern = "*"
+            # `admin` alone read as `admin:*` handed out every queue to a key whose
+            # maker may have meant one: the pattern is always written out.
+            raise ScopeError(
+                f"scope {text[:100]!r}: write action:pattern, such as {action or 'read'}:* "
+                f"for every queue or {action or 'read'}:orders-* for some"
+            )
         if action not in ACTIONS:
             raise ScopeError(
                 f"scope {text[:100]!r}: the action must be one of {', '.join(ACTIONS)}"

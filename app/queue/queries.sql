@@ -126,6 +126,15 @@ LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 -- Queues that name this one as their dead-letter queue.
 SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 
+-- name: redrive_return_queues
+-- The queues a redrive without a destination writes into: where the messages now
+-- in the dead-letter queue came from, and every queue whose policy names it
+-- (messages it dead-letters meanwhile go back there too).
+SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id
+UNION
+SELECT q.name FROM queues AS q
+WHERE q.id IN (SELECT m.dead_letter_source_id FROM messages AS m WHERE m.queue_id = :queue_id);
+
 -- name: lock_redrive_tasks_of_queue
 -- Before a queue is deleted: the redrive tasks moving from or to it, locked
 -- first. A redrive batch locks its task, then (moving rows between queues) the

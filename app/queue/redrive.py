@@ -62,6 +62,16 @@ class Redrives:
         self._hold = hold_seconds
         self._wake = asyncio.Event()
 
+    async def reached_by(self, source: str, destination: str | None) -> list[str]:
+        """The queues a redrive of `source` would write into: its destination, or
+        the queues its messages return to (for the caller's authorization)."""
+        if destination is not None:
+            return [destination]
+        async with self._db.transaction() as session:
+            queue = await self._queues.lookup(session, source)
+            rows = await session.fetch(Q.redrive_return_queues, {"queue_id": queue.id})
+        return [row["name"] for row in rows]
+
     async def start(
         self, source: str, destination: str | None = None, max_per_second: int | None = None
     ) -> RedriveTask:

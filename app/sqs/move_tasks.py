@@ -13,6 +13,7 @@ import binascii
 import json
 from typing import Any
 
+from app.auth import reach
 from app.errors import QueueNotFound, RedriveInProgress, TaskNotFound
 from app.queue import limits
 from app.queue.models import RedriveTask
@@ -101,6 +102,9 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
     await _dead_letter_queue(ctx, source)
     if destination is not None:
         await _check_destination(ctx, source, destination)
+    if not ctx.principal.anonymous:
+        into = await ctx.redrives.reached_by(source, destination)
+        reach.require_all(ctx.principal, reach.of_redrive(into))
     try:
         task = await ctx.redrives.start(source, destination, rate)
     except RedriveInProgress as exc:

@@ -7,6 +7,7 @@ import base64
 import binascii
 from typing import Any
 
+from app.auth import reach
 from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
 from app.errors import QueueAlreadyExists, QueueError
 from app.queue import limits
@@ -47,6 +48,7 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         )
     ctx.principal.require("admin", name)
     changes = queue_changes(ctx, given, fifo=fifo, creating=True)
+    reach.require_all(ctx.principal, reach.of_attribute_changes(changes))
     tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
     check_tags(*tags, *tags.values())
     try:

@@ -14,6 +14,7 @@ from app.api.schemas import (
     QueueList,
     QueueOut,
 )
+from app.auth import reach
 from app.auth.guard import principal_of
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
@@ -31,8 +32,11 @@ _NAME_CHARS = r"^[A-Za-z0-9_-]*$"
 async def create_queue(
     body: QueueCreate, service: ServiceDep, request: Request, response: Response
 ) -> QueueOut:
-    principal_of(request).require("admin", body.name)
-    queue, created = await service.queues.create_queue(body.name, body.changes())
+    changes = body.changes()
+    principal = principal_of(request)
+    principal.require("admin", body.name)
+    reach.require_all(principal, reach.of_attribute_changes(changes))
+    queue, created = await service.queues.create_queue(body.name, changes)
     if not created:
         response.status_code = status.HTTP_200_OK
     return QueueOut.of(queue)
@@ -66,8 +70,12 @@ async def get_queue(queue: str, service: ServiceDep, request: Request) -> QueueD
 
 @router.patch("/{queue}", responses=responses("invalid_redrive_policy", "queue_not_found",
                                                "validation_error", "database_unavailable"))
-async def update_queue(queue: str, body: QueueAttributesIn, service: ServiceDep) -> QueueOut:
-    return QueueOut.of(await service.queues.update_queue(queue, body.changes()))
+async def update_queue(
+    queue: str, body: QueueAttributesIn, service: ServiceDep, request: Request
+) -> QueueOut:
+    changes = body.changes()
+    reach.require_all(principal_of(request), reach.of_attribute_changes(changes))
+    return QueueOut.of(await service.queues.update_queue(queue, changes))
 
 
 @router.delete("/{queue}", status_code=status.HTTP_204_NO_CONTENT,

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, status
 from app.api.deps import ServiceDep
 from app.api.problems import responses
 from app.api.schemas import DeadLetterSourcesOut, RedriveIn, RedriveTaskList, RedriveTaskOut
+from app.auth import reach
 from app.auth.guard import principal_of
 from app.queue.redrive import Redrives
 
@@ -38,7 +39,12 @@ async def start_redrive(
     `destination`), optionally at most `max_per_second`. Redriven messages start with a
     receive count of 0. 409 `redrive_in_progress` if one is running."""
     body = body or RedriveIn()
-    task = await _redrives(request).start(queue, body.destination, body.max_per_second)
+    redrives = _redrives(request)
+    principal = principal_of(request)
+    if not principal.anonymous:
+        into = await redrives.reached_by(queue, body.destination)
+        reach.require_all(principal, reach.of_redrive(into))
+    task = await redrives.start(queue, body.destination, body.max_per_second)
     return RedriveTaskOut.of(task)
 
 
