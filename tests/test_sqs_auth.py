@@ -203,6 +203,30 @@ async def test_a_presigned_query_url_is_honoured_for_fifteen_minutes_at_most(
     assert [m["Body"] for m in got["Messages"]] == ["by a link"]
 
 
+async def test_a_presigned_url_takes_no_parameters_from_a_body(
+    keyed: tuple[str, Any], db: Any,
+) -> None:
+    """A URL presigned for GetQueueAttributes, posted with Action=PurgeQueue in
+    its body, must not purge: a presigned request has no body at all."""
+    endpoint, _ = keyed
+    sqs = client(endpoint, "query", key=ADMIN_ID, secret=ADMIN_SECRET)
+    url = (await run(sqs.create_queue, QueueName="presigned-body"))["QueueUrl"]
+    await run(sqs.send_message, QueueUrl=url, MessageBody="keep me")
+    link = sqs.generate_presigned_url(
+        "get_queue_attributes", Params={"QueueUrl": url, "AttributeNames": ["All"]},
+        ExpiresIn=600, HttpMethod="GET")
+    async with httpx.AsyncClient() as http:
+        for method in ("POST", "GET"):
+            smuggled = await http.request(
+                method, link, content=b"Action=PurgeQueue&QueueUrl=" + url.encode(),
+                headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert smuggled.status_code == 403, smuggled.text
+            assert "<Code>AccessDenied</Code>" in smuggled.text
+        assert (await http.get(link)).status_code == 200  # the link itself still works
+    held = await db.fetchval("SELECT count(*) FROM messages")
+    assert held == 1
+
+
 async def test_sqs_requests_are_rate_limited(keyed: tuple[str, Any]) -> None:
     endpoint, app = keyed
     info, secret = await app.state.keys.create("slow", ["read:*"], rate_per_second=1)

@@ -29,7 +29,7 @@ async def signed(serve_factory: ServeApp) -> str:
 
 @pytest.mark.parametrize("protocol", ["json", "query"])
 async def test_signed_requests_work_and_others_are_refused(signed: str, protocol: str) -> None:
-    good = client(signed, protocol, key="AKIDTWO", secret="secret-two", region="eu-west-1")
+    good = client(signed, protocol, key="AKIDTWO", secret="secret-two")
     url = (await run(good.create_queue, QueueName="signed"))["QueueUrl"]
     await run(good.send_message, QueueUrl=url, MessageBody="hello ✓")
     got = await run(good.receive_message, QueueUrl=url, AttributeNames=["SenderId"])
@@ -46,6 +46,23 @@ async def test_signed_requests_work_and_others_are_refused(signed: str, protocol
     with pytest.raises(ClientError) as info:
         await run(unknown.list_queues)
     assert error_code(info.value) == "InvalidClientTokenId"
+
+    # A signature scoped to another region than LEASEQ_SQS_REGION's.
+    elsewhere = client(signed, protocol, key="AKIDTWO", secret="secret-two", region="eu-west-1")
+    with pytest.raises(ClientError) as info:
+        await run(elsewhere.list_queues)
+    assert error_code(info.value) == "SignatureDoesNotMatch"
+    assert "region" in info.value.response["Error"]["Message"]
+
+
+async def test_the_configured_region_is_the_one_signed_for(serve_factory: ServeApp) -> None:
+    endpoint, _ = await serve_factory(sqs_credentials=KEYS, sqs_region="eu-west-1")
+    here = client(endpoint, "json", key="AKIDONE", secret="secret-one", region="eu-west-1")
+    await run(here.create_queue, QueueName="regional")
+    there = client(endpoint, "json", key="AKIDONE", secret="secret-one", region="us-east-1")
+    with pytest.raises(ClientError) as info:
+        await run(there.list_queues)
+    assert error_code(info.value) == "SignatureDoesNotMatch"
 
 
 def _signed_request(endpoint: str, body: bytes, secret: str) -> AWSRequest:

@@ -74,6 +74,16 @@ async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, st
         [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
     )
     signed = sigv4.parse(by_name, request.query, now=datetime.now(UTC), json_protocol=is_json)
+    sigv4.check_region(signed, settings.sqs_region)
+    if signed.presigned and request.body:
+        # A presigned URL signs its query string and nothing else: parameters in a
+        # body would ride on someone else's signature (a URL signed for
+        # GetQueueAttributes, posted with Action=PurgeQueue in its body).
+        raise SqsError(
+            "AccessDenied",
+            "A presigned request carries all its parameters in its signed query string; "
+            "this one has a body.",
+        )
     found = await keys.signing_secret(signed.key)
     if found is None:
         raise SqsError(

@@ -3,7 +3,7 @@
 A request must carry `Authorization: AWS4-HMAC-SHA256 Credential=KEY/DATE/
 REGION/SERVICE/aws4_request, SignedHeaders=..., Signature=...` made with the
 key's secret over the canonical request, which includes the SHA-256 of the
-body. The region is the credential scope's (any); the service must be `sqs`.
+body. The region must be the service's (LEASEQ_SQS_REGION); the service `sqs`.
 
 Checked in two steps, so that a request is refused before its body is read
 into parameters: `parse` the header (its form; X-Amz-Date within 15 minutes
@@ -17,6 +17,7 @@ X-Amz-Algorithm, -Credential, -Date, -Expires, -SignedHeaders, -Signature, as
 botocore's generate_presigned_url writes it) is checked the same way, with
 `host` signed, and honoured for X-Amz-Expires or 15 minutes from X-Amz-Date,
 whichever ends first: a leaked URL is no longer good than a captured header.
+It has no body: every parameter is in the signed query string.
 """
 
 from __future__ import annotations
@@ -130,6 +131,17 @@ def parse(
         service=scope["service"], signed_headers=match["signed"],
         signature=match["signature"], amz_date=amz_date,
     )
+
+
+def check_region(signed: Signed, region: str) -> None:
+    """The credential scope names this service's region (LEASEQ_SQS_REGION), as
+    AWS requires: a signature made for another region is not one for this."""
+    if signed.region != region:
+        raise SqsError(
+            "SignatureDoesNotMatch",
+            f"Credential should be scoped to a valid region, not '{signed.region[:40]}'. "
+            f"This service's region is {region} (LEASEQ_SQS_REGION).",
+        )
 
 
 def _scope(credential: str, amz_date: str) -> re.Match[str]:
