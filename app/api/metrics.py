@@ -11,6 +11,7 @@ methods, queue names (resources that exist), never a path or a string a client c
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -330,14 +331,19 @@ class Metrics(QueueEvents):
         counter.inc(total - self._exported.get(key, 0))
         self._exported[key] = total
 
-    async def exposition(self) -> bytes:
+    async def exposition(self, readable: Callable[[str], bool] | None = None) -> bytes:
+        """The Prometheus text; with `readable`, only the series of the queues it
+        allows (and those of no queue): a scoped key never learns another queue's
+        name or depth."""
         self.refresh_local()
         await self._gauges.refresh()
-        if self._registry is not None:
-            return bytes(generate_latest(self._registry))
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        registry.register(self._gauges)
+        registry: Any = self._registry
+        if registry is None:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            registry.register(self._gauges)
+        if readable is not None:
+            registry = _QueuesFiltered(registry, readable)
         return bytes(generate_latest(registry))
 
     @property
@@ -363,3 +369,20 @@ class Metrics(QueueEvents):
                 if index is not None:
                     totals.setdefault(sample.labels["queue"], [0.0, 0.0])[index] += sample.value
         return {queue: (sent, deleted) for queue, (sent, deleted) in totals.items()}
+
+
+class _QueuesFiltered:
+    """A registry's families without the samples of queues `readable` refuses."""
+
+    def __init__(self, registry: Any, readable: Callable[[str], bool]) -> None:
+        self._registry = registry
+        self._readable = readable
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            kept = [s for s in family.samples
+                    if "queue" not in s.labels or self._readable(s.labels["queue"])]
+            if len(kept) != len(family.samples):
+                family = copy.copy(family)
+                family.samples = kept
+            yield family

@@ -8,9 +8,11 @@ scopes cover the route; its request rate is not spent. The key is the
 `Authorization: Bearer` header, or, for the dashboard's script (which names
 itself with a header), the dashboard's HttpOnly cookie.
 
-Which scope a REST route needs is the table `_RULES`, in one place. Routes
-whose queue is in the body (create) or in a stored task (redrive tasks) check
-the exact queue themselves, with `principal_of(request)`.
+Which scope a REST route needs is the table `_RULES`, in one place; a path
+no rule names is refused to every key (default deny). Routes whose queue is
+in the body (create) or in a stored task (redrive tasks), and the queues a
+request reaches besides its own (app/auth/reach.py), are checked by the
+route itself, with `principal_of(request)`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ _RULES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", r"^/v1/keys/?$", "keys"),
         ("DELETE", rf"^/v1/keys/{_H}$", "keys"),
         ("GET", r"^/ui/api/overview$", "read"),
+        ("GET", r"^/ui/api/session$", "any"),
+        # Filtered to the queues the key may read (app/api/routes/health.py).
+        ("GET", r"^/metrics$", "read"),
+        ("GET", r"^/openapi\.json$", "any"),
+        ("GET", r"^/docs$", "any"),
+        ("GET", r"^/docs/oauth2-redirect$", "any"),
+        ("GET", r"^/redoc$", "any"),
     ]
 ]
 _SQS_PATH = re.compile(r"^/(?:[0-9]{12}/[^/]+)?$")
@@ -83,7 +92,10 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def required(method: str, path: str) -> tuple[str, str | None] | None:
-    """(action, queue or None) a REST request needs; None for a path no rule names."""
+    """(action, queue or None) a REST request needs; None for a path no rule names.
+    `any`: any valid key. HEAD is read as the GET it mirrors."""
+    if method == "HEAD":
+        method = "GET"
     for rule_method, pattern, action in _RULES:
         if rule_method == method:
             match = pattern.match(path)
@@ -259,8 +271,12 @@ def _authorize(principal: Principal, method: str, path: str) -> None:
         return
     need = required(method, path)
     if need is None:
-        return  # no such route: the router answers 404 or 405
+        # Default deny: a route added without a rule is refused to every key, not
+        # let through (tests/test_guard_rules.py fails when one is missing).
+        raise Forbidden(f"No key may {method} {path[:100]}.")
     action, queue = need
+    if action == "any":
+        return
     if action == "keys":
         principal.require_key_admin()
     elif queue is None:

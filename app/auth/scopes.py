@@ -104,6 +104,10 @@ class Principal:
         return any(s.action in (action, "admin") for s in self.scopes)
 
     @property
+    def reads_every_queue(self) -> bool:
+        return any(s.action in ("read", "admin") and s.pattern == "*" for s in self.scopes)
+
+    @property
     def manages_keys(self) -> bool:
         return any(s.action == "admin" and s.pattern == "*" for s in self.scopes)
 

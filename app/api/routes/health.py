@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ServiceDep
 from app.api.metrics import Metrics
 from app.api.problems import responses
+from app.auth.guard import principal_of
 
 router = APIRouter(tags=["health"])
 
@@ -37,4 +40,8 @@ async def metrics(request: Request) -> Response:
     request counts and latencies (SQS actions by name), long-poll waiters, group
     commit and the process. Queue figures are read at most every two seconds."""
     exposition: Metrics = request.app.state.metrics
-    return Response(await exposition.exposition(), media_type=CONTENT_TYPE_LATEST)
+    principal = principal_of(request)
+    # A key that may read every queue sees them all; a scoped one only its own.
+    everything = principal.anonymous or principal.reads_every_queue
+    readable = None if everything else partial(principal.allows, "read")
+    return Response(await exposition.exposition(readable), media_type=CONTENT_TYPE_LATEST)
