@@ -107,6 +107,10 @@ def test_compose_leaseq_waits_for_a_healthy_postgres() -> None:
     # No default secret or key ships: ${VAR:?message} makes compose refuse to start.
     for name in ("LEASEQ_SECRET", "LEASEQ_ADMIN_KEY"):
         assert re.fullmatch(rf"\$\{{{name}:\?.+\}}", env[name]), env[name]
+    # Nor a database password: every use of it is ${POSTGRES_PASSWORD:?...}.
+    password = _env(services["postgres"])["POSTGRES_PASSWORD"]
+    assert re.fullmatch(r"\$\{POSTGRES_PASSWORD:\?.+\}", password), password
+    assert re.findall(r"\$\{POSTGRES_PASSWORD([^}]*)\}", url) == [":?set POSTGRES_PASSWORD"]
     # Published on the host's loopback only.
     assert "127.0.0.1:8000:8000" in [str(port) for port in leaseq["ports"]]
     compile(_healthcheck_code(leaseq["healthcheck"]["test"]), "<healthcheck>", "exec")
