@@ -310,7 +310,7 @@ def _keys(args: argparse.Namespace) -> int:
 def _run_uvicorn(settings: Settings, *, workers: int) -> None:
     import uvicorn
 
-    from app.asgi.one_write import OneWriteHttpToolsProtocol
+    from app.asgi.header_limits import HeaderLimitedProtocol
     from app.logs import logging_config
     from app.main import create_app
 
@@ -340,8 +340,9 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         # No `server: uvicorn` on every answer: it tells a scanner what runs here,
         # and costs each response a header the server checks and writes.
         "server_header": False,
-        # uvicorn's httptools protocol, each answer written to its socket once.
-        "http": OneWriteHttpToolsProtocol,
+        # uvicorn's httptools protocol, each answer written to its socket once,
+        # with deadlines and caps on what unfinished headers may hold.
+        "http": HeaderLimitedProtocol,
     }
     if workers > 1:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]

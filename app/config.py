@@ -206,6 +206,21 @@ class Settings(BaseSettings):
         "503 itself (plain text); unset: max_waiters + 1000, so that long polls meet "
         "leaseq's own 503 overloaded first.",
     )
+    header_timeout_seconds: float = Field(
+        default=10.0, ge=0.1, le=300,
+        description="A connection must send the whole headers of a request within this "
+        "long of opening (or of the request's first byte); else it is closed.",
+    )
+    max_header_bytes: int = Field(
+        default=65536, ge=1024, le=1_048_576,
+        description="Largest request headers taken (request line included); more is "
+        "answered 431 and the connection closed.",
+    )
+    max_unfinished_headers: int = Field(
+        default=100, ge=1,
+        description="Most connections per process whose request headers are not whole "
+        "yet; one more closes the oldest of them.",
+    )
     keep_alive_seconds: int = Field(
         default=5, ge=1, le=3600,
         description="How long an idle HTTP connection is kept open (uvicorn's "

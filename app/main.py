@@ -18,6 +18,7 @@ from app import __version__
 from app.api import problems
 from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
+from app.asgi import header_limits
 from app.asgi.access import AccessLog
 from app.asgi.lean import LeanApp
 from app.auth.guard import Guard, RateLimiter, is_sqs_door
@@ -121,6 +122,14 @@ async def _empty_receive() -> Message:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # Each process's connections (a worker process of --workers builds its app here).
+    header_limits.configure(header_limits.HeaderLimits(
+        timeout=settings.header_timeout_seconds,
+        max_bytes=settings.max_header_bytes,
+        max_unfinished=min(settings.max_unfinished_headers,
+                           max(1, (settings.limit_concurrency or settings.max_waiters + 1000)
+                               // 2)),
+    ))
     database_url = settings.database_url
     if database_url is None:
         raise RuntimeError("create_app needs DATABASE_URL; `leaseq serve` provides one")
