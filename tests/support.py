@@ -77,3 +77,20 @@ def positional(name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
     own translation), with its arguments in order."""
     query = getattr(Q, name)
     return query.sql, [params[n] for n in query.params]
+
+
+async def stored_then_revoked(url: str, token: str) -> None:
+    """Stores the key `<id>.<secret>` in the database at `url`, then revokes it:
+    keys are then required there for good, and none works."""
+    from app.auth.store import KeyStore
+    from app.db.connector import Connector
+    from app.db.engine import create_engine
+
+    engine = create_engine(url, pool_size=1)
+    try:
+        store = KeyStore(Connector(engine), master=TEST_SECRET.encode(), listening=lambda: False)
+        key_id, _, secret = token.partition(".")
+        await store.create("bootstrap admin", ["admin:*"], key_id=key_id, secret=secret)
+        assert await store.revoke(key_id)
+    finally:
+        await engine.dispose()

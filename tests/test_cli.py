@@ -20,7 +20,7 @@ from processes import (
     service_env,
 )
 from sqlalchemy.engine import make_url
-from support import TEST_SECRET
+from support import TEST_SECRET, stored_then_revoked
 
 from app.db.engine import plain_url
 from app.db.migrate import alembic_config
@@ -228,23 +228,8 @@ def test_the_embedded_database_serves_a_public_address_with_its_own_secret(
     assert service.stop() == 0, service.log()
 
 
-async def _revoke_after_creating(url: str, token: str) -> None:
-    from app.auth.store import KeyStore
-    from app.db.connector import Connector
-    from app.db.engine import create_engine
-
-    engine = create_engine(url, pool_size=1)
-    try:
-        store = KeyStore(Connector(engine), master=TEST_SECRET.encode(), listening=lambda: False)
-        key_id, _, secret = token.partition(".")
-        await store.create("bootstrap admin", ["admin:*"], key_id=key_id, secret=secret)
-        assert await store.revoke(key_id)
-    finally:
-        await engine.dispose()
-
-
 def test_a_revoked_bootstrap_key_does_not_pass_protected_mode(database_url: str) -> None:
-    asyncio.run(_revoke_after_creating(database_url, ADMIN_KEY))
+    asyncio.run(stored_then_revoked(database_url, ADMIN_KEY))
     env = service_env(database_url=plain_url(database_url))
     env.update(LEASEQ_SECRET=TEST_SECRET, LEASEQ_ADMIN_KEY=ADMIN_KEY)
     refused = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)

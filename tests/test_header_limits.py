@@ -6,6 +6,7 @@ still served while they last."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from processes import Service, ServiceProcesses
+from support import stored_then_revoked
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +121,36 @@ def test_a_whole_request_on_a_kept_alive_connection_is_not_cut(service: Service)
         # Idle between requests is the keep-alive timeout's business, not the
         # header deadline's: a request after a pause still goes through.
         assert client.get("/readyz").status_code == 200
+
+
+def _answer_to_a_partial_body(service: Service, head: bytes) -> bytes:
+    """Sends headers announcing 10 MiB and only the first 64 KiB of it: an answer
+    that comes now was given without waiting for (or reading) the rest."""
+    with _connect(service, head + b"a" * 65536) as sock:
+        sock.settimeout(10)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    return answer
+
+
+def test_an_unauthenticated_body_is_refused_before_it_is_read(
+    service: Service, database_url: str
+) -> None:
+    # Keys are required (one was stored) and none works.
+    asyncio.run(stored_then_revoked(database_url, "LQHEADERLIMIT0001.secret-0123456789abcdef"))
+    length = 10 * 1024 * 1024
+    rest = _answer_to_a_partial_body(service, (
+        "POST /v1/queues/q/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode())
+    assert rest.startswith(b"HTTP/1.1 401 "), rest[:200]
+    assert b"connection: close" in rest.lower()
+    sqs = _answer_to_a_partial_body(service, (
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {length}\r\n\r\n").encode())
+    assert sqs.startswith(b"HTTP/1.1 403 "), sqs[:200]
+    assert b"MissingAuthenticationToken" in sqs and b"connection: close" in sqs.lower()

@@ -52,9 +52,13 @@ class Answer:
 
 
 Handler = Callable[[Call], Awaitable[Answer]]
+BeforeBody = Callable[[Scope, Any], Awaitable[Answer | None]]
+"""A check of what the headers alone tell (credentials), before the body is
+read: an Answer refuses the request without reading its body, None lets it on."""
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
-def serves(handler: Handler) -> Callable[[F], F]:
+
+def serves(handler: Handler, *, before_body: BeforeBody | None = None) -> Callable[[F], F]:
     """Marks a route declaration as implemented by `handler`: served on the lean
     path by LeanApp, or by FastAPI when the lean path is off (FastAPI's telemetry
     on). The declaration's own body never runs; FastAPI, serving it, still checks
@@ -64,6 +68,10 @@ def serves(handler: Handler) -> Callable[[F], F]:
         @functools.wraps(declaration)
         async def endpoint(*_args: Any, _lean_request: Request, **_kwargs: Any) -> Response:
             request = _lean_request
+            if before_body is not None:
+                refused = await before_body(request.scope, request.app.state)
+                if refused is not None:
+                    return response_of(refused)
             answer = await handler(Call(
                 request.scope, request.receive, dict(request.path_params),
                 request.app.state, await request.body(),
@@ -80,6 +88,7 @@ def serves(handler: Handler) -> Callable[[F], F]:
             return_annotation=None,
         )
         endpoint.__lean__ = handler  # type: ignore[attr-defined]
+        endpoint.__before_body__ = before_body  # type: ignore[attr-defined]
         return endpoint  # type: ignore[return-value]
 
     return mark
@@ -105,9 +114,11 @@ class _Served:
     pattern: re.Pattern[str]
     route: APIRoute  # for /metrics' per-route counts, as FastAPI sets it
     handler: Handler
+    before_body: BeforeBody | None
 
 
 _HANDLER = "leaseq.handler"  # the scope's key for the handler LeanApp matched
+_BEFORE_BODY = "leaseq.before_body"
 
 
 class LeanApp(FastAPI):
@@ -126,7 +137,8 @@ class LeanApp(FastAPI):
         for route in routes:
             if isinstance(route, APIRoute) and (handler := handler_of(route)) is not None:
                 for method in sorted(route.methods or ()):
-                    served = _Served(method, route.path_regex, route, handler)
+                    before = getattr(route.endpoint, "__before_body__", None)
+                    served = _Served(method, route.path_regex, route, handler, before)
                     lean.setdefault(method, []).append(served)
         self._lean = {**self._lean, **{
             method: [*self._lean.get(method, []), *served] for method, served in lean.items()
@@ -142,6 +154,7 @@ class LeanApp(FastAPI):
                     scope["route"] = served.route
                     scope["path_params"] = match.groupdict()
                     scope[_HANDLER] = served.handler
+                    scope[_BEFORE_BODY] = served.before_body
                     if self._lean_stack is None:
                         self._lean_stack = self._build_lean_stack()
                     await self._lean_stack(scope, receive, send)
@@ -158,10 +171,16 @@ class LeanApp(FastAPI):
 
 async def _serve(scope: Scope, receive: Receive, send: Send) -> None:
     handler: Handler = scope[_HANDLER]
-    body = await _read_body(receive)
-    if body is None:
-        return  # the client went away before its request was whole
-    answer = await handler(Call(scope, receive, scope["path_params"], scope["app"].state, body))
+    before_body: BeforeBody | None = scope[_BEFORE_BODY]
+    refused = None if before_body is None else await before_body(scope, scope["app"].state)
+    if refused is not None:
+        answer = refused
+    else:
+        body = await _read_body(receive)
+        if body is None:
+            return  # the client went away before its request was whole
+        answer = await handler(
+            Call(scope, receive, scope["path_params"], scope["app"].state, body))
     if answer.body:
         headers = [(b"content-type", answer.media_type),
                    (b"content-length", str(len(answer.body)).encode()), *answer.headers]

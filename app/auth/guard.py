@@ -22,6 +22,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request, cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -198,7 +199,7 @@ class Guard:
                 self._limiter.take(principal)
                 scope.setdefault("state", {})["principal"] = principal
         except LeaseqError as exc:
-            await self._refuse(scope, send, exc)
+            await self._refuse(scope, closing_unread(scope, send), exc)
             return
         await self.app(scope, receive, send)
 
@@ -294,3 +295,21 @@ def dashboard_key(cookie_header: bytes) -> str | None:
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {name: value for name, value in scope["headers"]}
 
+
+def closing_unread(scope: Scope, send: Send) -> Send:
+    """`send` for the answer to a refused request, closing its connection when it
+    came with a body: the body is never read (uvicorn has buffered at most its
+    first 64 KiB), and a connection kept alive would read and drop the rest."""
+    headers = _headers(scope)
+    if headers.get(b"content-length", b"0").strip() in (b"", b"0") and (
+        b"transfer-encoding" not in headers
+    ):
+        return send
+
+    async def closing(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"connection", b"close")]}
+        await send(message)
+
+    return closing

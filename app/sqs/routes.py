@@ -9,10 +9,12 @@ AWS JSON 1.0 protocol; otherwise the form field `Action` is the Query protocol
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.datastructures import Headers
@@ -60,36 +62,84 @@ class _Request:
         return f"{scheme}://{host}"
 
 
+_SIGNER = "leaseq.sqs_signer"
+"""The scope's key for what `before_body` found: (signed parts, principal, secret, headers)."""
+
+
+def _is_json(headers: Headers) -> bool:
+    return headers.get("x-amz-target") is not None or headers.get(
+        "content-type", "").startswith("application/x-amz-json")
+
+
+def _has_body(headers: Headers) -> bool:
+    return headers.get("content-length", "0").strip() not in ("", "0") or (
+        "transfer-encoding" in headers
+    )
+
+
+async def before_body(scope: Scope, state: Any) -> Answer | None:
+    """Everything of the credentials the headers tell (their form, date window,
+    region, that the key exists), before a byte of the body is read: an
+    unauthenticated request is refused for the price of its headers, and its
+    connection closed rather than its body read. The signature itself covers the
+    body and is checked after (`_authenticate`)."""
+    keys: KeyStore = state.keys
+    settings: Settings = state.settings
+    headers = Headers(scope=scope)
+    is_json = _is_json(headers)
+    try:
+        await keys.ensure()
+        if not keys.enforcing:
+            return None
+        by_name = sigv4.headers_by_name(
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        )
+        query = scope.get("query_string", b"").decode("latin-1")
+        signed = sigv4.parse(by_name, query, now=datetime.now(UTC), json_protocol=is_json)
+        sigv4.check_region(signed, settings.sqs_region)
+        if signed.presigned and _has_body(headers):
+            # A presigned URL signs its query string and nothing else: parameters in
+            # a body would ride on someone else's signature (a URL signed for
+            # GetQueueAttributes, posted with Action=PurgeQueue in its body).
+            raise SqsError(
+                "AccessDenied",
+                "A presigned request carries all its parameters in its signed query "
+                "string; this one has a body.",
+            )
+        found = await keys.signing_secret(signed.key)
+        if found is None:
+            raise SqsError(
+                "InvalidClientTokenId", "The security token included in the request is invalid."
+            )
+    except (SqsError, LeaseqError) as exc:
+        scope[SQS_ACTION] = "unknown"
+        answer = _error(from_engine(exc), is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()))
+        if _has_body(headers):
+            answer = dataclasses.replace(
+                answer, headers=(*answer.headers, (b"connection", b"close")))
+        return answer
+    scope[_SIGNER] = (signed, *found, by_name)
+    return None
+
+
 async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
-    """(who, their sender id) of a request, checked before its body is parsed."""
+    """(who, their sender id) of a request whose credentials `before_body` passed:
+    the signature, over the body too, checked before the body is parsed."""
     keys: KeyStore = request.state.keys
     settings: Settings = request.state.settings
-    await keys.ensure()
-    if not keys.enforcing:
-        # Open (no key exists): any access key is accepted as the sender's id.
-        return EVERYONE, sigv4.access_key(request.headers.get("authorization")) or (
-            settings.sqs_account_id
-        )
-    by_name = sigv4.headers_by_name(
-        [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
-    )
-    signed = sigv4.parse(by_name, request.query, now=datetime.now(UTC), json_protocol=is_json)
-    sigv4.check_region(signed, settings.sqs_region)
-    if signed.presigned and request.body:
-        # A presigned URL signs its query string and nothing else: parameters in a
-        # body would ride on someone else's signature (a URL signed for
-        # GetQueueAttributes, posted with Action=PurgeQueue in its body).
-        raise SqsError(
-            "AccessDenied",
-            "A presigned request carries all its parameters in its signed query string; "
-            "this one has a body.",
-        )
-    found = await keys.signing_secret(signed.key)
+    found = request.scope.get(_SIGNER)
     if found is None:
-        raise SqsError(
-            "InvalidClientTokenId", "The security token included in the request is invalid."
-        )
-    principal, secret = found
+        if keys.enforcing:  # keys arrived between the two looks: check from the start
+            refused = await before_body(request.scope, request.state)
+            if refused is not None or (found := request.scope.get(_SIGNER)) is None:
+                raise SqsError("MissingAuthenticationToken",
+                               "Request is missing Authentication Token")
+        else:
+            # Open (no key exists): any access key is accepted as the sender's id.
+            return EVERYONE, sigv4.access_key(request.headers.get("authorization")) or (
+                settings.sqs_account_id
+            )
+    signed, principal, secret, by_name = found
     sigv4.check(signed, secret=secret, method=request.scope["method"], path=request.path,
                 query_string=request.query, by_name=by_name, body=request.body)
     return principal, signed.key
@@ -101,9 +151,7 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
     request.scope[SQS_ACTION] = "unknown"  # until it is one this door serves
     body = request.body
     target = request.headers.get("x-amz-target")
-    is_json = target is not None or request.headers.get("content-type", "").startswith(
-        "application/x-amz-json"
-    )
+    is_json = _is_json(request.headers)
     action: str | None = None
     try:
         principal, sender = await _authenticate(request, is_json)
@@ -175,7 +223,7 @@ async def _serve_root(call: Call) -> Answer:
 
 
 @router.api_route("/", methods=["GET", "POST"])
-@serves(_serve_root)
+@serves(_serve_root, before_body=before_body)
 async def sqs_root() -> None:
     """Both SQS protocols (served on the lean path: app/asgi/lean.py); a Query
     request may also be a GET, its parameters in the query string, as AWS takes it."""
@@ -192,5 +240,8 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
             SqsError("QueueDoesNotExist", NO_QUEUE),
             request.headers.get("x-amz-target") is not None, str(uuid.uuid4()),
         ))
+    refused = await before_body(request.scope, request.app.state)
+    if refused is not None:
+        return response_of(refused)
     body = await request.body()
     return response_of(await _handle(_Request(request.scope, request.receive, body), queue))
