@@ -318,7 +318,7 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
     # against this, per process, and past it answers a plain-text 503. Above the
     # waiter cap, a long poll too many meets leaseq's own 503 overloaded (with
     # Retry-After) first; the rest is room for short requests and idle connections.
-    limit_concurrency = settings.limit_concurrency or settings.max_waiters + 1000
+    limit_concurrency = settings.connection_limit()
     if limit_concurrency <= settings.max_waiters:
         logging.getLogger("leaseq").warning(
             "LEASEQ_LIMIT_CONCURRENCY (%d) is not above LEASEQ_MAX_WAITERS (%d): "

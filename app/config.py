@@ -200,6 +200,16 @@ class Settings(BaseSettings):
         default=1000, ge=1,
         description="Most long polls one process keeps waiting on one queue at once.",
     )
+    key_waiter_share: float = Field(
+        default=0.5, gt=0, le=1,
+        description="The share of a process's long-poll seats (LEASEQ_MAX_WAITERS) one API "
+        "key may hold; past it, its long polls get 503 overloaded while other keys' do not.",
+    )
+    key_concurrency: int | None = Field(
+        default=None, ge=1,
+        description="Requests one API key may have in progress per process (long polls "
+        "included); more get 429 rate_limited. Unset: half of LEASEQ_LIMIT_CONCURRENCY.",
+    )
     limit_concurrency: int | None = Field(
         default=None, ge=1,
         description="Connections and requests uvicorn takes at once before it answers "
@@ -392,6 +402,16 @@ class Settings(BaseSettings):
         if self.max_request_bytes is not None:
             return self.max_request_bytes
         return self.max_batch * MAX_MESSAGE_BYTES + 64 * 1024
+
+    def connection_limit(self) -> int:
+        """uvicorn's limit_concurrency: connections and requests at once per process."""
+        return self.limit_concurrency or self.max_waiters + 1000
+
+    def waiters_per_key(self) -> int:
+        return max(1, math.ceil(self.max_waiters * self.key_waiter_share))
+
+    def requests_per_key(self) -> int:
+        return self.key_concurrency or max(1, self.connection_limit() // 2)
 
     def is_loopback(self) -> bool:
         return is_loopback(self.host)

@@ -127,8 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         timeout=settings.header_timeout_seconds,
         max_bytes=settings.max_header_bytes,
         max_unfinished=min(settings.max_unfinished_headers,
-                           max(1, (settings.limit_concurrency or settings.max_waiters + 1000)
-                               // 2)),
+                           max(1, settings.connection_limit() // 2)),
     ))
     database_url = settings.database_url
     if database_url is None:
@@ -152,6 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hub = WaitHub(
             max_waiters=settings.max_waiters,
             max_waiters_per_queue=settings.max_waiters_per_queue,
+            max_waiters_per_key=settings.waiters_per_key(),
         )
         db = Connector(engine, cached_engine)
         listener = Listener(settings.listen_url or database_url, hub)
@@ -253,7 +253,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "tracing": False, "metrics": False, "logs": False, "operation_spans": False,
         },
     )
-    app.state.limiter = limiter = RateLimiter(settings.key_rate)
+    app.state.limiter = limiter = RateLimiter(
+        settings.key_rate, concurrency=settings.requests_per_key())
     problems.install(app)
     problems.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first.

@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from botocore.config import Config
 from conftest import AppClient
-from sqs_clients import run
+from sqs_clients import client, refusal, run
 from support import TEST_SECRET, make_queue, receive, send, wait_until
 
 from app.cli import _run_uvicorn
@@ -25,7 +25,7 @@ from app.db.connector import Connector
 from app.db.engine import create_engine
 from app.errors import DatabaseUnavailable, Overloaded
 from app.queue.catalog import QueueCatalog
-from app.queue.waiting import Ready, WaitHub
+from app.queue.waiting import CALLER_KEY, Ready, WaitHub
 from app.sqs.errors import from_engine
 
 
@@ -45,20 +45,44 @@ def _refused(response: httpx.Response) -> None:
 
 def test_seats_run_out_per_queue_and_per_process() -> None:
     hub = WaitHub(max_waiters=3, max_waiters_per_queue=2)
-    hub.take_seat(1)
+    first = hub.take_seat(1)
     hub.take_seat(1)
     with pytest.raises(Overloaded, match="This queue") as refused:
         hub.take_seat(1)
     assert refused.value.retry_after >= 1
-    hub.take_seat(2)
+    second = hub.take_seat(2)
     with pytest.raises(Overloaded, match="This service process"):
         hub.take_seat(3)
     assert (hub.seated(), hub.seated(1), hub.seated(2)) == (3, 2, 1)
-    hub.free_seat(1)
+    hub.free_seat(first)
     hub.take_seat(3)
-    hub.free_seat(2)
+    hub.free_seat(second)
     hub.take_seat(1)
     assert (hub.seated(), hub.seated(1), hub.seated(2), hub.seated(3)) == (3, 2, 0, 1)
+
+
+def test_one_key_takes_at_most_its_share_of_the_seats() -> None:
+    hub = WaitHub(max_waiters=4, max_waiters_per_queue=4, max_waiters_per_key=2)
+    greedy = CALLER_KEY.set("LQGREEDY")
+    try:
+        held = [hub.take_seat(1), hub.take_seat(2)]
+        with pytest.raises(Overloaded, match="This key") as refused:
+            hub.take_seat(3)
+        assert refused.value.retry_after >= 1
+    finally:
+        CALLER_KEY.reset(greedy)
+    polite = CALLER_KEY.set("LQPOLITE")
+    try:
+        hub.take_seat(1)  # another key still has seats
+    finally:
+        CALLER_KEY.reset(polite)
+    hub.free_seat(held[0])
+    greedy = CALLER_KEY.set("LQGREEDY")
+    try:
+        hub.take_seat(3)  # its seat given back, the key may wait again
+    finally:
+        CALLER_KEY.reset(greedy)
+    assert hub.seated() == 3
 
 
 async def test_a_long_poll_past_the_queue_cap_is_refused_and_a_short_poll_never_is(
@@ -274,3 +298,66 @@ async def test_the_settings_reach_the_pool_the_hub_and_the_service(
     assert (state.hub.max_waiters, state.hub.max_waiters_per_queue) == (7, 3)
     assert state.service.pool_wait_seconds == 0.25
     assert state.db.engine.pool.timeout() == 0.25
+
+
+# -- per key -------------------------------------------------------------------------
+
+KEYED_ADMIN = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
+
+
+@pytest.mark.parametrize("door", ["rest", "sqs"])
+async def test_one_key_cannot_take_every_long_poll_seat(
+    serve_factory: Any, door: str
+) -> None:
+    """A key past its share of the seats gets 503 overloaded on its next long
+    poll, while another key's long polls are still seated."""
+    endpoint, app = await serve_factory(admin_key=KEYED_ADMIN, max_waiters=4,
+                                        key_waiter_share=0.5)
+    greedy_id, greedy_secret = (await app.state.keys.create("greedy", ["admin:*"]))
+    other_id, other_secret = (await app.state.keys.create("other", ["admin:*"]))
+    greedy = {"Authorization": f"Bearer {greedy_id.id}.{greedy_secret}"}
+    other = {"Authorization": f"Bearer {other_id.id}.{other_secret}"}
+    async with httpx.AsyncClient(base_url=endpoint, timeout=30) as http:
+        assert (await http.post("/v1/queues", json={"name": "seats"},
+                                headers=greedy)).status_code == 201
+        hub = app.state.hub
+        polls = [asyncio.create_task(http.get("/v1/queues/seats/receive",
+                                               params={"wait": 20}, headers=greedy))
+                 for _ in range(2)]
+        await wait_until(lambda: hub.seated() == 2)
+        if door == "rest":
+            _refused(await http.get("/v1/queues/seats/receive", params={"wait": 20},
+                                    headers=greedy))
+        else:
+            sqs = client(endpoint, "json", key=greedy_id.id, secret=greedy_secret)
+            code, _ = await refusal(sqs.receive_message, QueueUrl=f"{endpoint}/000000000000/seats",
+                                    WaitTimeSeconds=20)
+            assert code == "RequestThrottled", code
+        seated = asyncio.create_task(http.get("/v1/queues/seats/receive",
+                                              params={"wait": 20}, headers=other))
+        await wait_until(lambda: hub.seated() == 3)
+        await http.post("/v1/queues/seats/messages", json={"messages": [
+            {"body": str(i)} for i in range(3)]}, headers=other)
+        answers = await asyncio.gather(*polls, seated)
+        assert [a.status_code for a in answers] == [200, 200, 200]
+
+
+async def test_a_key_has_at_most_its_requests_in_progress(serve_factory: Any) -> None:
+    endpoint, app = await serve_factory(admin_key=KEYED_ADMIN, key_concurrency=2)
+    info, secret = await app.state.keys.create("busy", ["admin:*"])
+    headers = {"Authorization": f"Bearer {info.id}.{secret}"}
+    admin = {"Authorization": f"Bearer {KEYED_ADMIN}"}
+    async with httpx.AsyncClient(base_url=endpoint, timeout=30) as http:
+        await http.post("/v1/queues", json={"name": "busy"}, headers=headers)
+        polls = [asyncio.create_task(http.get("/v1/queues/busy/receive",
+                                               params={"wait": 20}, headers=headers))
+                 for _ in range(2)]
+        await wait_until(lambda: app.state.hub.seated() == 2)
+        limited = await http.get("/v1/queues/busy", headers=headers)
+        assert limited.status_code == 429 and limited.json()["code"] == "rate_limited"
+        assert int(limited.headers["retry-after"]) >= 1
+        assert (await http.get("/v1/queues/busy", headers=admin)).status_code == 200
+        await http.post("/v1/queues/busy/messages", json={"messages": [
+            {"body": "a"}, {"body": "b"}]}, headers=admin)
+        assert [p.status_code for p in await asyncio.gather(*polls)] == [200, 200]
+        assert (await http.get("/v1/queues/busy", headers=headers)).status_code == 200

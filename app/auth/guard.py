@@ -17,10 +17,11 @@ route itself, with `principal_of(request)`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from app.errors import (
     Unauthenticated,
     UnsupportedMediaType,
 )
+from app.queue.waiting import CALLER_KEY
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
@@ -128,11 +130,39 @@ class _Bucket:
 
 class RateLimiter:
     """A token bucket per key, in this process: `rate` requests a second on
-    average, bursts of up to twice that."""
+    average, bursts of up to twice that; and at most `concurrency` requests of
+    one key in progress at once."""
 
-    def __init__(self, default_rate: float) -> None:
+    def __init__(self, default_rate: float, *, concurrency: int | None = None) -> None:
         self.default_rate = default_rate
+        self.concurrency = concurrency
         self._buckets: dict[str, _Bucket] = {}
+        self._in_progress: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def running(self, principal: Principal) -> Iterator[None]:
+        """One request of `principal` in progress (RateLimited past the cap), and
+        the key its long polls count against (CALLER_KEY)."""
+        key = principal.key_id
+        if key is None:
+            yield
+            return
+        held = self._in_progress.get(key, 0)
+        if self.concurrency is not None and held >= self.concurrency:
+            raise RateLimited(
+                retry_after=1.0,
+                detail=f"This key already has {self.concurrency} requests in progress in "
+                "this service process (LEASEQ_KEY_CONCURRENCY); retry later.",
+            )
+        self._in_progress[key] = held + 1
+        token = CALLER_KEY.set(key)
+        try:
+            yield
+        finally:
+            CALLER_KEY.reset(token)
+            left = self._in_progress.pop(key, 1) - 1
+            if left > 0:
+                self._in_progress[key] = left
 
     def take(self, principal: Principal) -> None:
         rate = principal.rate_per_second or self.default_rate
@@ -187,6 +217,8 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # Held for the whole request: a key's count of requests in progress.
+        in_progress = contextlib.ExitStack()
         try:
             headers = _headers(scope)
             self._check_host(headers)
@@ -198,10 +230,12 @@ class Guard:
                 _authorize(principal, scope["method"], path)
                 self._limiter.take(principal)
                 scope.setdefault("state", {})["principal"] = principal
+                in_progress.enter_context(self._limiter.running(principal))
         except LeaseqError as exc:
             await self._refuse(scope, closing_unread(scope, send), exc)
             return
-        await self.app(scope, receive, send)
+        with in_progress:
+            await self.app(scope, receive, send)
 
     def _check_host(self, headers: dict[bytes, bytes]) -> None:
         if self._hosts is None:

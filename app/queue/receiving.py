@@ -20,7 +20,7 @@ from app.db.connector import Connector, Session
 from app.queue.catalog import QueueCatalog
 from app.queue.models import Queue, ReceivedMessage
 from app.queue.sql import Q
-from app.queue.waiting import Waiter, WaitHub
+from app.queue.waiting import Seat, Waiter, WaitHub
 
 
 class Gone(Protocol):
@@ -85,7 +85,7 @@ class Receive:
         self._asked = (visibility_timeout, wait)
         self._gone = gone
         self._waiter: Waiter | None = None
-        self._seat: int | None = None  # the queue id whose waiting seat this receive holds
+        self._seat: Seat | None = None  # the waiting seat this receive holds
         self._visibility_timeout, self._deadline = 0, 0.0
         # A receiver polling again finds its queue's attributes cached; the first
         # look otherwise reads them in the claim's own connection.

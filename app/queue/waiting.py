@@ -20,7 +20,8 @@ re-checks once, so a notification lost in between costs at most one round.
 
 Every long poll costs memory and a socket while it lasts, so a process seats
 at most `max_waiters` of them, and at most `max_waiters_per_queue` on one
-queue; one more is refused (Overloaded) before it does any work.
+queue, and at most `max_waiters_per_key` for one API key; one more is refused
+(Overloaded) before it does any work.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -44,6 +46,18 @@ DEGRADED_RECHECK_SECONDS = 1.0
 REFUSED_RETRY_SECONDS = 1
 """Retry-After of a refused long poll: seats free whenever a poll gets a message
 or its wait ends, and a refusal costs the service next to nothing."""
+
+
+CALLER_KEY: ContextVar[str | None] = ContextVar("leaseq_caller_key", default=None)
+"""The API key a request runs for (None: no key), set by the door that checked it,
+so that a long poll counts against its key's share of the seats."""
+
+
+class Seat(NamedTuple):
+    """A long poll's admission: its queue, and the key it counts against."""
+
+    queue_id: int
+    key: str | None
 
 
 class Ready(NamedTuple):
@@ -86,11 +100,14 @@ class WaitHub:
         *,
         max_waiters: int = Settings.model_fields["max_waiters"].default,
         max_waiters_per_queue: int = Settings.model_fields["max_waiters_per_queue"].default,
+        max_waiters_per_key: int | None = None,
     ) -> None:
         self._lines: dict[int, _Line] = {}
         self.max_waiters = max_waiters
         self.max_waiters_per_queue = max_waiters_per_queue
+        self.max_waiters_per_key = max_waiters_per_key or max_waiters
         self._seats: dict[int, int] = {}
+        self._key_seats: dict[str, int] = {}
         self._seated = 0
         self._listening = False
         self._degraded_task: asyncio.Task[None] | None = None
@@ -108,12 +125,22 @@ class WaitHub:
 
     # -- receivers ------------------------------------------------------------
 
-    def take_seat(self, queue_id: int) -> int:
+    def take_seat(self, queue_id: int) -> Seat:
         """Admit one long poll on `queue_id` for the whole of its wait, or refuse
         it with Overloaded. Taken once, before the first park: a seat, unlike a
         place in line, is kept while the receiver looks between waits, so a
-        poll already admitted is never refused halfway. Returns `queue_id`, to
-        give back with free_seat."""
+        poll already admitted is never refused halfway. The seat counts against
+        the caller's key too (CALLER_KEY): no key takes more than its share, so
+        one tenant's polls never leave the others none. Give it back with
+        free_seat."""
+        key = CALLER_KEY.get()
+        if key is not None and self._key_seats.get(key, 0) >= self.max_waiters_per_key:
+            raise Overloaded(
+                f"This key already has {self.max_waiters_per_key} long polls waiting in this "
+                f"service process (its share, LEASEQ_KEY_WAITER_SHARE); retry later, or "
+                f"receive without waiting.",
+                retry_after=REFUSED_RETRY_SECONDS,
+            )
         if self._seated >= self.max_waiters:
             raise Overloaded(
                 f"This service process already has {self.max_waiters} long polls waiting; "
@@ -129,13 +156,19 @@ class WaitHub:
             )
         self._seats[queue_id] = on_queue + 1
         self._seated += 1
-        return queue_id
+        if key is not None:
+            self._key_seats[key] = self._key_seats.get(key, 0) + 1
+        return Seat(queue_id, key)
 
-    def free_seat(self, queue_id: int) -> None:
-        left = self._seats.pop(queue_id, 0) - 1
+    def free_seat(self, seat: Seat) -> None:
+        left = self._seats.pop(seat.queue_id, 0) - 1
         if left > 0:
-            self._seats[queue_id] = left
+            self._seats[seat.queue_id] = left
         self._seated -= 1
+        if seat.key is not None:
+            held = self._key_seats.pop(seat.key, 0) - 1
+            if held > 0:
+                self._key_seats[seat.key] = held
 
     def seated(self, queue_id: int | None = None) -> int:
         """Long polls admitted right now, on `queue_id` or on any queue."""

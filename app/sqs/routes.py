@@ -189,9 +189,10 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
             principal=principal,
             need=SCOPES[action],
         )
-        async with client_gone(request.receive) as gone:
-            ctx.gone = gone
-            result = await handler(ctx, params)
+        with request.state.limiter.running(principal):
+            async with client_gone(request.receive) as gone:
+                ctx.gone = gone
+                result = await handler(ctx, params)
     except (SqsError, LeaseqError) as exc:
         return _error(from_engine(exc), is_json, request_id)
     except Exception:
