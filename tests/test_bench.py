@@ -101,3 +101,24 @@ def test_heartbeat_capacity_runs_the_engines_statement() -> None:
                          ("queue_id", 4)):
         statement = statement.replace(f":{name}", f"${number}")
     assert statement.split() == raw.split()
+
+
+def test_the_edges_bench_times_a_real_authorization_check() -> None:
+    """bench.edges times the Guard's rule and the reach check a request runs: if
+    either stopped refusing, the figure would time nothing worth a target."""
+    from app.auth import reach
+    from app.auth.guard import _authorize
+    from app.auth.scopes import Principal, parse_scopes
+    from app.errors import Forbidden
+
+    code = ("import json; from bench.edges import authorization_cost; "
+            "print(json.dumps(authorization_cost(n=200, rounds=1)))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    figure = json.loads(run.stdout)
+    assert figure["us_per_request"] > 0 and figure["queues"] == 3
+    outsider = Principal("LQX", "x", parse_scopes(["admin:team-a-*"]))
+    _authorize(outsider, "POST", "/v1/queues/team-a-dlq/redrive")
+    with pytest.raises(Forbidden):
+        reach.require_all(outsider, reach.of_redrive(["team-b-src"]))

@@ -94,16 +94,33 @@ authenticates a request some other page made the browser send."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+_Rule = tuple[str, re.Pattern[str], str]  # (literal tail, pattern, action)
+
+
+def _by_method() -> dict[str, list[_Rule]]:
+    """The rules of each method, each with the literal end of its pattern: a path
+    that does not end so is passed over without running the regex."""
+    rules: dict[str, list[_Rule]] = {}
+    for method, pattern, action in _RULES:
+        text = pattern.pattern.removeprefix("^").removesuffix("$")
+        last = max(text.rfind(c) for c in ")]+?*\\")
+        tail = text[last + 1:]
+        rules.setdefault(method, []).append((tail, pattern, action))
+    return rules
+
+
+_RULES_BY_METHOD = _by_method()
+
+
 def required(method: str, path: str) -> tuple[str, str | None] | None:
     """(action, queue or None) a REST request needs; None for a path no rule names.
     `any`: any valid key. HEAD is read as the GET it mirrors."""
-    if method == "HEAD":
-        method = "GET"
-    for rule_method, pattern, action in _RULES:
-        if rule_method == method:
-            match = pattern.match(path)
-            if match is not None:
-                return action, match.groupdict().get("queue")
+    for tail, pattern, action in _RULES_BY_METHOD.get("GET" if method == "HEAD" else method, ()):
+        if tail and not path.endswith(tail):
+            continue
+        match = pattern.match(path)
+        if match is not None:
+            return action, match.groupdict().get("queue")
     return None
 
 

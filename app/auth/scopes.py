@@ -30,6 +30,8 @@ class Scope:
     action: str
     pattern: str
     _regex: re.Pattern[str] = field(compare=False, repr=False)
+    _prefix: str | None = field(default=None, compare=False, repr=False)
+    _star: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> Scope:
@@ -53,11 +55,21 @@ class Scope:
         regex = re.compile(
             "^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$", re.DOTALL
         )
+        stars = pattern.count("*")
+        if stars == 0:
+            return cls(action, pattern, regex, pattern, False)
+        if stars == 1 and pattern.endswith("*"):
+            return cls(action, pattern, regex, pattern[:-1], True)
         return cls(action, pattern, regex)
 
     def grants(self, action: str, queue: str) -> bool:
         if self.action != action and self.action != "admin":
             return False
+        # The common shapes without the regex (every request checks one or more):
+        # a name, or a prefix and one star.
+        prefix = self._prefix
+        if prefix is not None:
+            return queue.startswith(prefix) if self._star else queue == prefix
         return self._regex.fullmatch(queue) is not None
 
     def __str__(self) -> str:
@@ -85,7 +97,10 @@ class Principal:
         return self.key_id is None
 
     def allows(self, action: str, queue: str) -> bool:
-        return any(scope.grants(action, queue) for scope in self.scopes)
+        for scope in self.scopes:
+            if scope.grants(action, queue):
+                return True
+        return False
 
     def require(self, action: str, queue: str) -> None:
         if not self.allows(action, queue):
