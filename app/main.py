@@ -21,7 +21,8 @@ from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
 from app.asgi.access import AccessLog
 from app.asgi.lean import LeanApp
-from app.auth.guard import Guard, RateLimiter, is_sqs_door
+from app.auth.access import Needs
+from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
 from app.config import Settings, get_settings, parse_credentials
@@ -257,23 +258,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.key_rate, concurrency=settings.requests_per_key())
     problems.install(app)
     problems.install_openapi(app)
-    # Routes are matched in order: the message routes, most of the traffic, first.
-    app.include_router(messages.router)
-    app.include_router(queues.router)
-    app.include_router(redrive.router)
-    app.include_router(keys.router)
-    app.include_router(health.router)
-    app.include_router(docs.router)
-    app.include_router(ui.router)
-    # Last: the queue URL route (/{account}/{queue}) must not shadow any REST path.
-    app.include_router(sqs.router)
+    # Routes are matched in order: the message routes, most of the traffic, first;
+    # last, the queue URL route (/{account}/{queue}), which must not shadow any REST path.
+    routers = (messages.router, queues.router, redrive.router, keys.router, health.router,
+               docs.router, ui.router, sqs.router)
+    for router in routers:
+        app.include_router(router)
     if not settings.telemetry:
         # FastAPI's telemetry wraps requests inside its own stack, which the lean
         # path skips: with telemetry on, the cycle goes through FastAPI as well.
         app.serve_lean(messages.router.routes)
         app.serve_lean(sqs.router.routes)
+    rules = Rules(route for router in routers for route in router.routes)
+    if app.openapi_url is not None:
+        rules.add("GET", app.openapi_url, Needs.parse(["any"]))
     app.add_middleware(
         Guard,
+        rules=rules,
         keys=lambda: getattr(app.state, "keys", None),
         limiter=limiter,
         allowed_hosts=settings.host_allow_list(),

@@ -3,7 +3,7 @@
 1. The authorization check's own CPU for one request that touches three queues:
    a redrive of `team-a-dlq` back to two source queues, by a key scoped as an
    operator scopes one (`admin:team-a-*`, `send:team-b-*`, `read:*`): the Guard's
-   rule for the path, then the queues the redrive reaches (app/auth/reach.py).
+   rule for the path, then the queues the redrive reaches (app/auth/access.py).
    In this process, on CPU time, so the machine's noise hardly moves it.
    Target: <= 5 us a request.
 2. The service under unauthenticated load: GET /healthz latency, idle and while
@@ -40,17 +40,21 @@ ADMIN_ID = "LQBENCHEDGES00000001"
 
 
 def authorization_cost(n: int = 100_000, rounds: int = 5) -> dict[str, float]:
-    from app.auth import reach
-    from app.auth.guard import _authorize
+    from app.api.routes import redrive
+    from app.auth.guard import Rules, _authorize
     from app.auth.scopes import Principal, parse_scopes
 
+    rules = Rules(redrive.router.routes)
     principal = Principal("LQBENCH", "bench",
                           parse_scopes(["admin:team-a-*", "send:team-b-*", "read:*"]))
+    path = "/v1/queues/team-a-dlq/redrive"
     sources = ["team-a-src", "team-b-src"]
 
     def once() -> None:
-        _authorize(principal, "POST", "/v1/queues/team-a-dlq/redrive")
-        reach.require_all(principal, reach.of_redrive(sources))
+        _authorize(rules, principal, "POST", path)  # what the Guard checks
+        found = rules.find("POST", path)  # and the route, with the queues it reaches
+        assert found is not None
+        found[0].require(principal, "redrive_targets", sources)
 
     best = float("inf")
     for _ in range(rounds):

@@ -195,8 +195,9 @@ def guard_cost(rounds: int = 3, n: int = 20_000) -> dict[str, float] | None:
     CPU, free of the machine's noise. Uses the key store's internals (a cached
     key without a database): None if they have changed."""
     try:
+        from app.api.routes import messages
         from app.auth import tokens
-        from app.auth.guard import Guard, RateLimiter
+        from app.auth.guard import Guard, RateLimiter, Rules
         from app.auth.scopes import Principal, Scope
         from app.auth.store import KeyStore, _Cached
 
@@ -219,7 +220,8 @@ def guard_cost(rounds: int = 3, n: int = 20_000) -> dict[str, float] | None:
     def guard(keys: Any) -> Any:
         return Guard(no_route, keys=lambda: keys, limiter=RateLimiter(0),
                      allowed_hosts=["127.0.0.1"], allowed_origins=[],
-                     open_paths=frozenset({"/healthz"}), refuse=refuse)
+                     open_paths=frozenset({"/healthz"}), refuse=refuse,
+                     rules=Rules(messages.router.routes))
 
     def scopes(auth: bool) -> list[dict[str, Any]]:
         headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),

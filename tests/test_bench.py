@@ -106,8 +106,8 @@ def test_heartbeat_capacity_runs_the_engines_statement() -> None:
 def test_the_edges_bench_times_a_real_authorization_check() -> None:
     """bench.edges times the Guard's rule and the reach check a request runs: if
     either stopped refusing, the figure would time nothing worth a target."""
-    from app.auth import reach
-    from app.auth.guard import _authorize
+    from app.api.routes import redrive
+    from app.auth.guard import Rules
     from app.auth.scopes import Principal, parse_scopes
     from app.errors import Forbidden
 
@@ -119,6 +119,8 @@ def test_the_edges_bench_times_a_real_authorization_check() -> None:
     figure = json.loads(run.stdout)
     assert figure["us_per_request"] > 0 and figure["queues"] == 3
     outsider = Principal("LQX", "x", parse_scopes(["admin:team-a-*"]))
-    _authorize(outsider, "POST", "/v1/queues/team-a-dlq/redrive")
+    found = Rules(redrive.router.routes).find("POST", "/v1/queues/team-a-dlq/redrive")
+    assert found is not None
+    found[0].check_request_line(outsider, found[1])
     with pytest.raises(Forbidden):
-        reach.require_all(outsider, reach.of_redrive(["team-b-src"]))
+        found[0].require(outsider, "redrive_targets", ["team-b-src"])

@@ -8,11 +8,11 @@ scopes cover the route; its request rate is not spent. The key is the
 `Authorization: Bearer` header, or, for the dashboard's script (which names
 itself with a header), the dashboard's HttpOnly cookie.
 
-Which scope a REST route needs is the table `_RULES`, in one place; a path
-no rule names is refused to every key (default deny). Routes whose queue is
-in the body (create) or in a stored task (redrive tasks), and the queues a
-request reaches besides its own (app/auth/reach.py), are checked by the
-route itself, with `principal_of(request)`.
+Which scopes a REST route needs is its declaration (app/auth/access.py),
+kept in its decorator; the Guard checks what the request line tells (the
+queue of the path, key management), and the route the rest (a queue in the
+body, a redrive's targets), with `principal_of(request)`. A path no declared
+route serves is refused to every key (default deny).
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.routing import APIRoute
 from starlette.requests import Request, cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.auth.access import Needs, needs_of_route
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
 from app.errors import (
@@ -42,47 +44,6 @@ from app.queue.waiting import CALLER_KEY
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
-_Q = r"(?P<queue>[^/]+)"
-_H = r"[^/]+"
-# (method, path) -> the action the key needs; `queue` named by the path, or
-# None: on some queue (the route then checks the exact one).
-_RULES: list[tuple[str, re.Pattern[str], str]] = [
-    (method, re.compile(path), action)
-    for method, path, action in [
-        ("POST", rf"^/v1/queues/{_Q}/messages$", "send"),
-        ("GET", rf"^/v1/queues/{_Q}/receive$", "receive"),
-        ("POST", rf"^/v1/queues/{_Q}/receive$", "receive"),
-        ("PATCH", rf"^/v1/queues/{_Q}/messages/{_H}/visibility$", "receive"),
-        ("DELETE", rf"^/v1/queues/{_Q}/messages/{_H}$", "receive"),
-        ("POST", rf"^/v1/queues/{_Q}/messages/visibility$", "receive"),
-        ("POST", rf"^/v1/queues/{_Q}/messages/delete$", "receive"),
-        ("POST", rf"^/v1/queues/{_Q}/messages/{_H}/release$", "receive"),
-        ("PUT", rf"^/v1/queues/{_Q}/messages/{_H}/checkpoint$", "receive"),
-        ("GET", rf"^/v1/queues/{_Q}/messages$", "read"),
-        ("GET", r"^/v1/queues/?$", "read"),
-        ("POST", r"^/v1/queues/?$", "admin"),
-        ("GET", rf"^/v1/queues/{_Q}$", "read"),
-        ("PATCH", rf"^/v1/queues/{_Q}$", "admin"),
-        ("DELETE", rf"^/v1/queues/{_Q}$", "admin"),
-        ("POST", rf"^/v1/queues/{_Q}/purge$", "admin"),
-        ("GET", rf"^/v1/queues/{_Q}/dead-letter-sources$", "read"),
-        ("POST", rf"^/v1/queues/{_Q}/redrive$", "admin"),
-        ("GET", rf"^/v1/queues/{_Q}/redrive$", "read"),
-        ("GET", rf"^/v1/redrive-tasks/{_H}$", "read"),
-        ("DELETE", rf"^/v1/redrive-tasks/{_H}$", "admin"),
-        ("GET", r"^/v1/keys/?$", "keys"),
-        ("POST", r"^/v1/keys/?$", "keys"),
-        ("DELETE", rf"^/v1/keys/{_H}$", "keys"),
-        ("GET", r"^/ui/api/overview$", "read"),
-        ("GET", r"^/ui/api/session$", "any"),
-        # Filtered to the queues the key may read (app/api/routes/health.py).
-        ("GET", r"^/metrics$", "read"),
-        ("GET", r"^/openapi\.json$", "any"),
-        ("GET", r"^/docs$", "any"),
-        ("GET", r"^/docs/oauth2-redirect$", "any"),
-        ("GET", r"^/redoc$", "any"),
-    ]
-]
 _SQS_PATH = re.compile(r"^/(?:[0-9]{12}/[^/]+)?$")
 DASHBOARD_COOKIE = "leaseq_key"
 """The dashboard's API key: HttpOnly (no script reads it), SameSite=Strict."""
@@ -94,34 +55,40 @@ authenticates a request some other page made the browser send."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-_Rule = tuple[str, re.Pattern[str], str]  # (literal tail, pattern, action)
+class Rules:
+    """The REST routes' declarations (app/auth/access.py), found by method and
+    path. A route without one is not here, so no key may call it."""
 
+    def __init__(self, routes: Iterable[Any]) -> None:
+        self._by_method: dict[str, list[tuple[str, re.Pattern[str], Needs]]] = {}
+        for route in routes:
+            needs = needs_of_route(route)
+            if needs is None or not isinstance(route, APIRoute):
+                continue
+            # The literal end of the path: a request path that does not end so
+            # is passed over without running the route's regex.
+            tail = route.path.rsplit("}", 1)[-1] if "}" in route.path else route.path
+            for method in route.methods or ():
+                self._by_method.setdefault(method, []).append((tail, route.path_regex, needs))
 
-def _by_method() -> dict[str, list[_Rule]]:
-    """The rules of each method, each with the literal end of its pattern: a path
-    that does not end so is passed over without running the regex."""
-    rules: dict[str, list[_Rule]] = {}
-    for method, pattern, action in _RULES:
-        text = pattern.pattern.removeprefix("^").removesuffix("$")
-        last = max(text.rfind(c) for c in ")]+?*\\")
-        tail = text[last + 1:]
-        rules.setdefault(method, []).append((tail, pattern, action))
-    return rules
+    def add(self, method: str, path: str, needs: Needs) -> None:
+        """A route FastAPI serves itself (the OpenAPI document), by its literal path."""
+        self._by_method.setdefault(method, []).append(
+            (path, re.compile("^" + re.escape(path) + "$"), needs))
 
-
-_RULES_BY_METHOD = _by_method()
-
-
-def required(method: str, path: str) -> tuple[str, str | None] | None:
-    """(action, queue or None) a REST request needs; None for a path no rule names.
-    `any`: any valid key. HEAD is read as the GET it mirrors."""
-    for tail, pattern, action in _RULES_BY_METHOD.get("GET" if method == "HEAD" else method, ()):
-        if tail and not path.endswith(tail):
-            continue
-        match = pattern.match(path)
-        if match is not None:
-            return action, match.groupdict().get("queue")
-    return None
+    def find(self, method: str, path: str) -> tuple[Needs, str | None] | None:
+        """The declaration of the route `method path` reaches and the queue its
+        path names; None for a path no declared route serves. HEAD is the GET it
+        mirrors; one trailing slash is the path without it (the router redirects)."""
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]
+        for tail, pattern, needs in self._by_method.get("GET" if method == "HEAD" else method, ()):
+            if tail and not path.endswith(tail):
+                continue
+            match = pattern.match(path)
+            if match is not None:
+                return needs, match.groupdict().get("queue")
+        return None
 
 
 def is_sqs_door(path: str) -> bool:
@@ -221,8 +188,10 @@ class Guard:
         allowed_origins: list[str],
         open_paths: frozenset[str],
         refuse: Refuse,
+        rules: Rules,
     ) -> None:
         self.app = app
+        self._rules = rules
         self._keys = keys
         self._limiter = limiter
         self._hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
@@ -244,7 +213,7 @@ class Guard:
             if not (path in self._open_paths or is_sqs_door(path) or is_dashboard_page(path)):
                 self._check_json(scope, headers)
                 principal = await self._authenticate(headers)
-                _authorize(principal, scope["method"], path)
+                _authorize(self._rules, principal, scope["method"], path)
                 self._limiter.take(principal)
                 scope.setdefault("state", {})["principal"] = principal
                 in_progress.enter_context(self._limiter.running(principal))
@@ -318,23 +287,16 @@ class Guard:
         return await store.bearer(token.strip())
 
 
-def _authorize(principal: Principal, method: str, path: str) -> None:
+def _authorize(rules: Rules, principal: Principal, method: str, path: str) -> None:
     if principal is EVERYONE:
         return
-    need = required(method, path)
-    if need is None:
-        # Default deny: a route added without a rule is refused to every key, not
-        # let through (tests/test_guard_rules.py fails when one is missing).
+    found = rules.find(method, path)
+    if found is None:
+        # Default deny: a route added without a declaration is refused to every
+        # key, not let through (tests/test_guard_rules.py fails on one).
         raise Forbidden(f"No key may {method} {path[:100]}.")
-    action, queue = need
-    if action == "any":
-        return
-    if action == "keys":
-        principal.require_key_admin()
-    elif queue is None:
-        principal.require_any(action)
-    else:
-        principal.require(action, queue)
+    needs, queue = found
+    needs.check_request_line(principal, queue)
 
 
 def dashboard_key(cookie_header: bytes) -> str | None:

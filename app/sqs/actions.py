@@ -1,6 +1,7 @@
-"""The action table: every SQS action, mapped to its handler and to the scope
-it needs. The handlers work on the JSON protocol's shapes (a Query request is
-turned into them first, app/sqs/protocol.py) and call QueueService and Redrives;
+"""The action table: every SQS action, mapped to its handler and to what it
+touches (its declaration: the scopes it needs, app/auth/access.py). The
+handlers work on the JSON protocol's shapes (a Query request is turned into
+them first, app/sqs/protocol.py) and call QueueService and Redrives;
 they validate SQS's request shapes only (names, types, batch rules): every queue
 rule is the engine's. They live by concern: queues.py, attributes.py (attributes,
 tags, permissions), messages.py, move_tasks.py; context.py reads parameters."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app.auth.access import Needs
 from app.sqs.attributes import (
     get_queue_attributes,
     list_queue_tags,
@@ -42,7 +44,7 @@ from app.sqs.queues import (
     purge_queue,
 )
 
-__all__ = ["ACTIONS", "SCOPES", "Action", "Context"]
+__all__ = ["ACTIONS", "NEEDS", "Action", "Context"]
 
 Action = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -72,16 +74,32 @@ ACTIONS: dict[str, Action] = {
     "RemovePermission": remove_permission,
 }
 
-# The scope action each SQS action needs on its queue (app/auth/scopes.py).
-SCOPES: dict[str, str] = {
-    "CreateQueue": "admin", "GetQueueUrl": "read", "ListQueues": "read",
-    "DeleteQueue": "admin", "GetQueueAttributes": "read", "SetQueueAttributes": "admin",
-    "PurgeQueue": "admin", "TagQueue": "admin", "UntagQueue": "admin",
-    "ListQueueTags": "read", "ListDeadLetterSourceQueues": "read",
-    "SendMessage": "send", "SendMessageBatch": "send",
-    "ReceiveMessage": "receive", "DeleteMessage": "receive", "DeleteMessageBatch": "receive",
-    "ChangeMessageVisibility": "receive", "ChangeMessageVisibilityBatch": "receive",
-    "StartMessageMoveTask": "admin", "ListMessageMoveTasks": "read",
-    "CancelMessageMoveTask": "admin", "AddPermission": "admin", "RemovePermission": "admin",
-}
-assert SCOPES.keys() == ACTIONS.keys()
+# What each action touches and the scope it needs there (app/auth/access.py):
+# `queue` is the queue its QueueUrl (CreateQueue: its QueueName; a move task:
+# its SourceArn) names.
+NEEDS: dict[str, Needs] = {action: Needs.parse(texts) for action, texts in {
+    "CreateQueue": ["admin:queue", "send:dead_letter_queue"],
+    "GetQueueUrl": ["read:queue"],  # or any other scope on it: every worker asks first
+    "ListQueues": ["read:listed"],
+    "DeleteQueue": ["admin:queue"],
+    "GetQueueAttributes": ["read:queue"],
+    "SetQueueAttributes": ["admin:queue", "send:dead_letter_queue"],
+    "PurgeQueue": ["admin:queue"],
+    "TagQueue": ["admin:queue"],
+    "UntagQueue": ["admin:queue"],
+    "ListQueueTags": ["read:queue"],
+    "ListDeadLetterSourceQueues": ["read:queue"],
+    "SendMessage": ["send:queue"],
+    "SendMessageBatch": ["send:queue"],
+    "ReceiveMessage": ["receive:queue"],
+    "DeleteMessage": ["receive:queue"],
+    "DeleteMessageBatch": ["receive:queue"],
+    "ChangeMessageVisibility": ["receive:queue"],
+    "ChangeMessageVisibilityBatch": ["receive:queue"],
+    "StartMessageMoveTask": ["admin:queue", "send:redrive_targets"],
+    "ListMessageMoveTasks": ["read:queue"],
+    "CancelMessageMoveTask": ["admin:task"],
+    "AddPermission": ["admin:queue"],
+    "RemovePermission": ["admin:queue"],
+}.items()}
+assert NEEDS.keys() == ACTIONS.keys()

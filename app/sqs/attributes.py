@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from app.auth import reach
+from app.auth.access import dead_letter_queues
 from app.errors import InvalidRedrivePolicy, QueueError
 from app.queue import limits
 from app.queue.attributes import THROUGHPUT_NEEDS_GROUP_SCOPE
@@ -337,7 +337,7 @@ async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
         if attribute in READ_ONLY:
             raise SqsError("InvalidAttributeName", f"Attribute {attribute} is read-only.")
     changes = queue_changes(ctx, given, fifo=is_fifo_name(name), creating=False)
-    reach.require_all(ctx.principal, reach.of_attribute_changes(changes))
+    ctx.needs.require(ctx.principal, "dead_letter_queue", dead_letter_queues(changes))
     try:
         await ctx.service.queues.update_queue(name, changes)
     except QueueError as exc:

@@ -8,12 +8,15 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.auth.access import Needs
 from app.auth.scopes import EVERYONE, Principal
 from app.queue import limits
 from app.queue.receiving import Gone
 from app.queue.redrive import Redrives
 from app.queue.service import QueueService
 from app.sqs.errors import NO_QUEUE, SqsError
+
+ADMIN_OF_QUEUE = Needs((("admin", "queue"),))
 
 
 @dataclass
@@ -27,7 +30,7 @@ class Context:
     gone: Gone | None = None
     path_queue: str | None = None  # the queue of a request posted to its queue URL
     principal: Principal = EVERYONE
-    need: str = "admin"  # the scope action this request's action needs (SCOPES)
+    needs: Needs = ADMIN_OF_QUEUE  # the action's declaration (NEEDS)
 
     def queue_url(self, name: str) -> str:
         """A queue's URL, the one form every action answers with (CreateQueue,
@@ -118,13 +121,13 @@ def queue_of(ctx: Context, params: dict[str, Any]) -> str:
     url = param_str(params, "QueueUrl")
     if url is None:
         if ctx.path_queue is not None:
-            ctx.principal.require(ctx.need, ctx.path_queue)
+            ctx.needs.require(ctx.principal, "queue", [ctx.path_queue])
             return ctx.path_queue
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     # A public base URL with a path (`https://q.example.com/sqs`) puts that path in
     # front of the queue URLs handed out: they name their queue too.
     name = name_of_queue_url(url, ctx.account, prefix=urlsplit(ctx.base_url).path)
-    ctx.principal.require(ctx.need, name)
+    ctx.needs.require(ctx.principal, "queue", [name])
     return name
 
 

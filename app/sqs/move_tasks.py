@@ -13,7 +13,6 @@ import binascii
 import json
 from typing import Any
 
-from app.auth import reach
 from app.errors import QueueNotFound, RedriveInProgress, TaskNotFound
 from app.queue import limits
 from app.queue.models import RedriveTask
@@ -92,7 +91,7 @@ async def _check_destination(ctx: Context, source: str, destination: str) -> Non
 
 async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source = _queue_of_arn(ctx, param_required(params, "SourceArn"), "SourceArn")
-    ctx.principal.require("admin", source)
+    ctx.needs.require(ctx.principal, "queue", [source])
     destination_arn = param_str(params, "DestinationArn")
     destination = (
         None if destination_arn is None
@@ -104,7 +103,7 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
         await _check_destination(ctx, source, destination)
     if not ctx.principal.anonymous:
         into = await ctx.redrives.reached_by(source, destination)
-        reach.require_all(ctx.principal, reach.of_redrive(into))
+        ctx.needs.require(ctx.principal, "redrive_targets", into)
     try:
         task = await ctx.redrives.start(source, destination, rate)
     except RedriveInProgress as exc:
@@ -120,7 +119,7 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
 
 async def list_message_move_tasks(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     source = _queue_of_arn(ctx, param_required(params, "SourceArn"), "SourceArn")
-    ctx.principal.require("read", source)
+    ctx.needs.require(ctx.principal, "queue", [source])
     limit = param_ranged(params, "MaxResults", 1, LIST_MAX) or 1
     try:
         tasks = await ctx.redrives.list(source, limit)
@@ -154,7 +153,7 @@ def _entry(ctx: Context, task: RedriveTask) -> dict[str, Any]:
 async def cancel_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     task_id, source_arn = _read_handle(param_required(params, "TaskHandle"))
     source = _queue_of_arn(ctx, source_arn, "SourceArn")
-    ctx.principal.require("admin", source)
+    ctx.needs.require(ctx.principal, "task", [source])
     try:
         await ctx.service.queues.get_queue(source)
     except QueueNotFound as exc:

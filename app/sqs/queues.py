@@ -7,7 +7,7 @@ import base64
 import binascii
 from typing import Any
 
-from app.auth import reach
+from app.auth.access import dead_letter_queues
 from app.auth.scopes import ACTIONS as SCOPE_ACTIONS
 from app.errors import QueueAlreadyExists, QueueError
 from app.queue import limits
@@ -46,9 +46,9 @@ async def create_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
             else "Can only include alphanumeric characters, hyphens, or underscores. "
             "1 to 80 in length",
         )
-    ctx.principal.require("admin", name)
+    ctx.needs.require(ctx.principal, "queue", [name])
     changes = queue_changes(ctx, given, fifo=fifo, creating=True)
-    reach.require_all(ctx.principal, reach.of_attribute_changes(changes))
+    ctx.needs.require(ctx.principal, "dead_letter_queue", dead_letter_queues(changes))
     tags = param_str_map(params, "tags") or param_str_map(params, "Tags")
     check_tags(*tags, *tags.values())
     try:
@@ -84,7 +84,7 @@ async def get_queue_url(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         raise SqsError("QueueDoesNotExist", NO_QUEUE)
     # Every worker asks for its queue's URL first: any scope on the queue will do.
     if not any(ctx.principal.allows(action, name) for action in SCOPE_ACTIONS):
-        ctx.principal.require("read", name)
+        ctx.needs.require(ctx.principal, "queue", [name])
     await ctx.service.queues.get_queue(name)
     return {"QueueUrl": ctx.queue_url(name)}
 
@@ -109,7 +109,6 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     prefix = param_str(params, "QueueNamePrefix") or ""
     limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(param_str(params, "NextToken"))
-    ctx.principal.require_any("read")
     page = await ctx.service.queues.list_queues(
         prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1
     )
@@ -117,7 +116,8 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     page = page[: limit or LIST_QUEUES_MAX]
     # A key sees the queues it may read: a page may come out shorter than
     # MaxResults, and NextToken still continues after the page's last queue.
-    shown = [q for q in page if ctx.principal.allows("read", q.name)]
+    action = ctx.needs.on("listed") or "read"
+    shown = [q for q in page if ctx.principal.allows(action, q.name)]
     # No queue: SQS leaves QueueUrls out (not an empty list).
     result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]} if shown else {}
     if more and limit is not None:

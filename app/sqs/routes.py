@@ -29,7 +29,7 @@ from app.auth.store import KeyStore
 from app.config import Settings
 from app.errors import LeaseqError
 from app.sqs import protocol, sigv4
-from app.sqs.actions import ACTIONS, SCOPES, Context
+from app.sqs.actions import ACTIONS, NEEDS, Context
 from app.sqs.errors import NO_QUEUE, SqsError, from_engine
 
 _log = logging.getLogger(__name__)
@@ -173,6 +173,10 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
             )
+        needs = NEEDS.get(action)
+        if needs is None:  # default deny: an action without a declaration
+            raise SqsError("AccessDenied", f"No key may call {action[:100]}.")
+        needs.check_request_line(principal, None)
         request.scope[SQS_ACTION] = action
         request.state.limiter.take(principal)
         settings: Settings = request.state.settings
@@ -187,7 +191,7 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
             sender_id=sender,
             path_queue=path_queue,
             principal=principal,
-            need=SCOPES[action],
+            needs=needs,
         )
         with request.state.limiter.running(principal):
             async with client_gone(request.receive) as gone:

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.auth.access import scopes
 from app.auth.guard import DASHBOARD_COOKIE, principal_of
 from app.auth.scopes import Principal
 from app.auth.store import KeyStore
@@ -110,7 +111,7 @@ async def sign_out() -> Response:
     return response
 
 
-@router.get("/ui/api/session")
+@router.get("/ui/api/session", **scopes("any"))
 async def who_am_i(request: Request) -> dict[str, Any]:
     """The signed-in key (anonymous when the service needs none)."""
     keys = _keys(request)
@@ -126,7 +127,7 @@ def _who(principal: Principal, *, keys_required: bool) -> dict[str, Any]:
     }
 
 
-@router.get("/ui/api/overview")
+@router.get("/ui/api/overview", **scopes("read:listed"))
 async def overview(
     request: Request, prefix: str = Query("", max_length=80, pattern=_NAME_CHARS)
 ) -> dict[str, Any]:

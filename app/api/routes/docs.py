@@ -17,6 +17,8 @@ from fastapi.openapi.docs import (
 from fastapi.responses import FileResponse, HTMLResponse
 from starlette.exceptions import HTTPException
 
+from app.auth.access import scopes
+
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 _TYPES = {
     "swagger-ui-bundle.js": "text/javascript",
@@ -33,7 +35,7 @@ OAUTH2_REDIRECT = "/docs/oauth2-redirect"
 router = APIRouter(include_in_schema=False)
 
 
-@router.get("/docs")
+@router.get("/docs", **scopes("any"))
 async def swagger_ui(request: Request) -> HTMLResponse:
     app = request.app
     return get_swagger_ui_html(
@@ -47,12 +49,12 @@ async def swagger_ui(request: Request) -> HTMLResponse:
     )
 
 
-@router.get(OAUTH2_REDIRECT)
+@router.get(OAUTH2_REDIRECT, **scopes("any"))
 async def swagger_ui_redirect() -> HTMLResponse:
     return get_swagger_ui_oauth2_redirect_html()
 
 
-@router.get("/redoc")
+@router.get("/redoc", **scopes("any"))
 async def redoc(request: Request) -> HTMLResponse:
     app = request.app
     return get_redoc_html(

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from app.api.deps import ServiceDep
 from app.api.metrics import Metrics
 from app.api.problems import responses
+from app.auth.access import scopes
 from app.auth.guard import principal_of
 
 router = APIRouter(tags=["health"])
@@ -34,6 +35,8 @@ async def readyz(service: ServiceDep, request: Request) -> dict[str, object]:
     "/metrics", response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."},
                **responses("database_unavailable")},
+    # Filtered to the queues the key may read.
+    **scopes("read:listed"),
 )
 async def metrics(request: Request) -> Response:
     """Prometheus text format (app/api/metrics.py): every queue's depth by state,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, Field, field_validator
 
 from app.api.problems import responses
+from app.auth.access import scopes
 from app.auth.scopes import ScopeError, parse_scopes
 from app.auth.store import KeyInfo, KeyStore
 from app.errors import InvalidParameter, KeyNotFound
@@ -72,7 +73,7 @@ def _store(request: Request) -> KeyStore:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED,
-             responses=responses("validation_error", "database_unavailable"))
+             responses=responses("validation_error", "database_unavailable"), **scopes("keys"))
 async def create_key(body: KeyCreate, request: Request) -> KeyCreated:
     """A new key. Its secret is in this response only; the service keeps its hash."""
     created = await _store(request).create(
@@ -86,14 +87,14 @@ async def create_key(body: KeyCreate, request: Request) -> KeyCreated:
                       token=f"{info.id}.{secret}")
 
 
-@router.get("", responses=responses("database_unavailable"))
+@router.get("", responses=responses("database_unavailable"), **scopes("keys"))
 async def list_keys(request: Request) -> KeyList:
     """Every key, revoked and expired ones too; never a secret."""
     return KeyList(keys=[KeyOut.of(k) for k in await _store(request).list()])
 
 
 @router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=responses("key_not_found", "database_unavailable"))
+               responses=responses("key_not_found", "database_unavailable"), **scopes("keys"))
 async def revoke_key(key_id: str, request: Request) -> Response:
     """Revoke a key: every service process refuses it within a second."""
     if not await _store(request).revoke(key_id):

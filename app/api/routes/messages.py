@@ -35,6 +35,7 @@ from app.api.message_schemas import (
 )
 from app.api.problems import responses
 from app.asgi.lean import serves
+from app.auth.access import scopes
 
 router = APIRouter(
     prefix="/v1/queues/{queue}", tags=["messages"], route_class=BoundedJsonRoute
@@ -49,6 +50,7 @@ router = APIRouter(
     responses={200: {"model": BatchResults, "description": "Batch: one result per entry"},
                **responses("queue_not_found", "message_too_large", "validation_error",
                            "database_unavailable")},
+    **scopes("send:queue"),
 )
 @serves(cycle.send)
 async def send(queue: str, body: SendIn) -> None:
@@ -58,7 +60,7 @@ async def send(queue: str, body: SendIn) -> None:
 
 @router.get("/receive", operation_id="receive_messages", response_model=ReceiveOut,
             responses=responses("queue_not_found", "validation_error",
-                                "database_unavailable", "overloaded"))
+                                "database_unavailable", "overloaded"), **scopes("receive:queue"))
 @serves(cycle.receive)
 async def receive(queue: str, query: Annotated[ReceiveQuery, Query()]) -> None:
     """Claim up to `max` messages. With `wait`, returns as soon as one is available."""
@@ -66,7 +68,7 @@ async def receive(queue: str, query: Annotated[ReceiveQuery, Query()]) -> None:
 
 @router.post("/receive", operation_id="receive_and_settle", response_model=SettledOut,
              responses=responses("queue_not_found", "validation_error",
-                                 "database_unavailable", "overloaded"))
+                                 "database_unavailable", "overloaded"), **scopes("receive:queue"))
 @serves(cycle.receive_and_settle)
 async def receive_and_settle(queue: str, body: ReceiveIn) -> None:
     """Acknowledge (`delete`) and extend (`extend`) held messages, then claim up to
@@ -78,7 +80,8 @@ async def receive_and_settle(queue: str, body: ReceiveIn) -> None:
 
 @router.patch("/messages/{receipt_handle}/visibility", response_model=LeaseOut,
               responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
-                                  "validation_error", "database_unavailable", "overloaded"))
+                                  "validation_error", "database_unavailable", "overloaded"),
+                                  **scopes("receive:queue"))
 @serves(cycle.change_visibility)
 async def change_visibility(queue: str, receipt_handle: str, body: VisibilityIn) -> None:
     """Heartbeat: the lease ends `timeout` seconds from now, by the database clock.
@@ -87,7 +90,7 @@ async def change_visibility(queue: str, receipt_handle: str, body: VisibilityIn)
 
 @router.post("/messages/visibility", response_model=BatchResults,
              responses=responses("queue_not_found", "validation_error",
-                                 "database_unavailable", "overloaded"))
+                                 "database_unavailable", "overloaded"), **scopes("receive:queue"))
 @serves(cycle.change_visibility_batch)
 async def change_visibility_batch(queue: str, body: VisibilityBatchIn) -> None:
     """Heartbeat or release many claims at once; one result per entry."""
@@ -99,6 +102,7 @@ async def change_visibility_batch(queue: str, body: VisibilityBatchIn) -> None:
     operation_id="delete_message",
     responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
                         "database_unavailable"),
+    **scopes("receive:queue"),
 )
 @serves(cycle.delete)
 async def delete(queue: str, receipt_handle: str) -> None:
@@ -108,7 +112,7 @@ async def delete(queue: str, receipt_handle: str) -> None:
 @router.post("/messages/delete", operation_id="delete_message_batch",
              response_model=BatchResults,
              responses=responses("queue_not_found", "validation_error",
-                                 "database_unavailable"))
+                                 "database_unavailable"), **scopes("receive:queue"))
 @serves(cycle.delete_batch)
 async def delete_batch(queue: str, body: DeleteBatchIn) -> None:
     """Acknowledge many claims at once; one result per handle."""
@@ -117,7 +121,8 @@ async def delete_batch(queue: str, body: DeleteBatchIn) -> None:
 @router.post("/messages/{receipt_handle}/release", operation_id="release_message",
              response_model=ReleasedOut,
              responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
-                                 "validation_error", "database_unavailable"))
+                                 "validation_error", "database_unavailable"),
+                                 **scopes("receive:queue"))
 @serves(cycle.release)
 async def release(queue: str, receipt_handle: str, body: ReleaseIn | None = None) -> None:
     """A failed attempt: the message is visible again after `delay` seconds, else after
@@ -128,7 +133,8 @@ async def release(queue: str, receipt_handle: str, body: ReleaseIn | None = None
 @router.put("/messages/{receipt_handle}/checkpoint", operation_id="checkpoint_message",
             response_model=LeaseOut,
             responses=responses("invalid_receipt_handle", "queue_not_found", "lease_lost",
-                                "validation_error", "database_unavailable"))
+                                "validation_error", "database_unavailable"),
+                                **scopes("receive:queue"))
 @serves(cycle.checkpoint)
 async def checkpoint(queue: str, receipt_handle: str, body: CheckpointIn) -> None:
     """Record a cursor for a long job and renew the lease (by `timeout`, default the
@@ -137,7 +143,7 @@ async def checkpoint(queue: str, receipt_handle: str, body: CheckpointIn) -> Non
 
 @router.get("/messages", operation_id="peek_messages",
             responses=responses("queue_not_found", "validation_error",
-                                "database_unavailable"))
+                                "database_unavailable"), **scopes("read:queue"))
 async def peek(
     queue: str,
     service: ServiceDep,

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, status
 from app.api.deps import ServiceDep
 from app.api.problems import responses
 from app.api.schemas import DeadLetterSourcesOut, RedriveIn, RedriveTaskList, RedriveTaskOut
-from app.auth import reach
+from app.auth.access import needs_of_request, scopes
 from app.auth.guard import principal_of
 from app.queue.redrive import Redrives
 
@@ -20,7 +20,7 @@ def _redrives(request: Request) -> Redrives:
 
 
 @router.get("/v1/queues/{queue}/dead-letter-sources", operation_id="list_dead_letter_sources",
-            responses=responses("queue_not_found", "database_unavailable"))
+            responses=responses("queue_not_found", "database_unavailable"), **scopes("read:queue"))
 async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSourcesOut:
     """Queues whose redrive policy names this queue."""
     return DeadLetterSourcesOut(queues=await service.queues.dead_letter_sources(queue))
@@ -31,6 +31,7 @@ async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSour
     status_code=status.HTTP_202_ACCEPTED,
     responses=responses("queue_not_found", "redrive_in_progress", "validation_error",
                         "database_unavailable"),
+    **scopes("admin:queue", "send:redrive_targets"),
 )
 async def start_redrive(
     queue: str, request: Request, body: RedriveIn | None = None
@@ -43,13 +44,13 @@ async def start_redrive(
     principal = principal_of(request)
     if not principal.anonymous:
         into = await redrives.reached_by(queue, body.destination)
-        reach.require_all(principal, reach.of_redrive(into))
+        needs_of_request(request.scope).require(principal, "redrive_targets", into)
     task = await redrives.start(queue, body.destination, body.max_per_second)
     return RedriveTaskOut.of(task)
 
 
 @router.get("/v1/queues/{queue}/redrive",
-            responses=responses("queue_not_found", "database_unavailable"))
+            responses=responses("queue_not_found", "database_unavailable"), **scopes("read:queue"))
 async def list_redrives(queue: str, request: Request) -> RedriveTaskList:
     """This dead-letter queue's redrive tasks, newest first."""
     tasks = await _redrives(request).list(queue)
@@ -57,18 +58,19 @@ async def list_redrives(queue: str, request: Request) -> RedriveTaskList:
 
 
 @router.get("/v1/redrive-tasks/{task_id}",
-            responses=responses("task_not_found", "database_unavailable"))
+            responses=responses("task_not_found", "database_unavailable"), **scopes("read:task"))
 async def get_redrive(task_id: str, request: Request) -> RedriveTaskOut:
     """A task's progress: `moved`, `remaining` (counted live), `status`."""
     task = await _redrives(request).get(task_id)
-    principal_of(request).require("read", task.source)
+    needs_of_request(request.scope).require(principal_of(request), "task", [task.source])
     return RedriveTaskOut.of(task)
 
 
 @router.delete("/v1/redrive-tasks/{task_id}",
-               responses=responses("task_not_found", "database_unavailable"))
+               responses=responses("task_not_found", "database_unavailable"),
+               **scopes("admin:task"))
 async def cancel_redrive(task_id: str, request: Request) -> RedriveTaskOut:
     """Stop a running task; what it moved stays moved."""
     task = await _redrives(request).get(task_id)
-    principal_of(request).require("admin", task.source)
+    needs_of_request(request.scope).require(principal_of(request), "task", [task.source])
     return RedriveTaskOut.of(await _redrives(request).cancel(task_id))
