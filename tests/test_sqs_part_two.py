@@ -292,6 +292,22 @@ async def test_queue_url_forms(sqs: Any, protocol: str, served: tuple[str, Any])
         assert await refusal(sqs.send_message, QueueUrl=refused, MessageBody="m") == expected
 
 
+async def test_a_state_changing_get_from_another_sites_page_is_refused(
+    served: tuple[str, Any], db: Any,
+) -> None:
+    """Query actions stay open to GET, as AWS takes them (docs/decisions.md); what
+    a GET could be abused for is a page of another site making the browser send
+    one (an <img> on a loopback service that runs open). The Guard refuses those
+    on the SQS door too, before any action runs."""
+    base, _ = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}):
+            answer = await http.get("/", params={"Action": "CreateQueue", "QueueName": "csrf"},
+                                    headers=headers)
+            assert answer.status_code == 403, answer.text
+    assert await db.fetchval("SELECT count(*) FROM queues WHERE name = 'csrf'") == 0
+
+
 async def test_query_protocol_over_get(served: tuple[str, Any]) -> None:
     """GET with the parameters in the query string, at the root or the queue URL."""
     base, _ = served
