@@ -75,3 +75,25 @@ def test_a_sealed_secret_opens_only_with_its_master_and_id() -> None:
     assert tokens.unseal(master, "LQB", sealed, digest) is None
     # The same secret under two ids seals differently (each pad is used once).
     assert tokens.seal(master, "LQB", secret) != sealed
+
+
+@pytest.mark.parametrize(("mine", "wanted", "covered"), [
+    ("admin:*", "send:anything", True),
+    ("admin:*", "admin:*", True),
+    ("admin:team-*", "send:team-a", True),
+    ("admin:team-*", "read:team-a-*", True),
+    ("admin:team-*", "read:*", False),
+    ("admin:team-*", "admin:other", False),
+    ("send:a", "send:a", True),
+    ("send:a", "receive:a", False),
+    ("read:*-dlq", "read:x-dlq", False),  # a pattern not a prefix: only itself
+    ("read:*-dlq", "read:*-dlq", True),
+])
+def test_a_key_gives_only_scopes_its_own_cover(mine: str, wanted: str, covered: bool) -> None:
+    maker = Principal("LQM", "maker", parse_scopes([mine]))
+    assert Scope.parse(mine).covers(Scope.parse(wanted)) is covered
+    if covered:
+        maker.require_covers((Scope.parse(wanted),))
+    else:
+        with pytest.raises(Forbidden, match="none of its own covers it"):
+            maker.require_covers((Scope.parse(wanted),))

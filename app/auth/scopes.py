@@ -72,6 +72,16 @@ class Scope:
             return queue.startswith(prefix) if self._star else queue == prefix
         return self._regex.fullmatch(queue) is not None
 
+    def covers(self, other: Scope) -> bool:
+        """Whether this scope grants everything `other` does: its action (or admin),
+        on every queue `other`'s pattern can match."""
+        if self.action != other.action and self.action != "admin":
+            return False
+        if self.pattern == "*" or self.pattern == other.pattern:
+            return True
+        return self._star and self._prefix is not None and other.pattern.startswith(
+            self._prefix)
+
     def __str__(self) -> str:
         return f"{self.action}:{self.pattern}"
 
@@ -109,6 +119,13 @@ class Principal:
     def require_any(self, action: str) -> None:
         if not self.allows_any(action):
             raise Forbidden(f"This key may not {action} on any queue.")
+
+    def require_covers(self, scopes: tuple[Scope, ...]) -> None:
+        """A key may only make keys whose every scope one of its own covers."""
+        for wanted in scopes:
+            if not any(mine.covers(wanted) for mine in self.scopes):
+                raise Forbidden(f"This key may not give the scope {str(wanted)[:100]!r}: "
+                                "none of its own covers it.")
 
     def require_key_admin(self) -> None:
         if not self.manages_keys:

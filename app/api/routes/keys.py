@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from app.api.problems import responses
 from app.auth.access import scopes
+from app.auth.guard import principal_of
 from app.auth.scopes import ScopeError, parse_scopes
 from app.auth.store import KeyInfo, KeyStore
 from app.errors import InvalidParameter, KeyNotFound
@@ -76,6 +77,7 @@ def _store(request: Request) -> KeyStore:
              responses=responses("validation_error", "database_unavailable"), **scopes("keys"))
 async def create_key(body: KeyCreate, request: Request) -> KeyCreated:
     """A new key. Its secret is in this response only; the service keeps its hash."""
+    principal_of(request).require_covers(parse_scopes(body.scopes))
     created = await _store(request).create(
         body.name, body.scopes, expires_in=body.expires_in,
         rate_per_second=body.rate_per_second,
