@@ -70,6 +70,35 @@ async def test_a_waiting_receive_wakes_when_a_lease_expires(client: httpx.AsyncC
     assert elapsed < 10
 
 
+async def test_a_lease_ending_between_the_claim_and_the_outlook_is_not_slept_through(
+    client: httpx.AsyncClient, monkeypatch: Any
+) -> None:
+    """A long poll's claim and its outlook are two statements, each with its own
+    now: a lease that ends between them is neither claimed (not yet) nor due (no
+    longer), and no notification announces it. The poll looks again shortly
+    instead of sleeping its whole wait. The gap is widened here on purpose: the
+    first outlook starts only after the lease has ended."""
+    from app.queue import receiving
+
+    queue = await make_queue(client, visibility_timeout=1)
+    await send(client, queue)
+    (first,) = await receive(client, queue)
+    real_outlook = receiving.outlook
+    delayed: list[bool] = []
+
+    async def late_outlook(session: Any, queue: Any) -> Any:
+        if not delayed:
+            delayed.append(True)
+            await asyncio.sleep(1.5)  # the fault injected: the lease ends meanwhile
+        return await real_outlook(session, queue)
+
+    monkeypatch.setattr(receiving, "outlook", late_outlook)
+    messages, elapsed = await timed_receive(client, queue, wait=10)
+    assert delayed, "the outlook was not reached"
+    assert [m["message_id"] for m in messages] == [first["message_id"]]
+    assert elapsed < 8  # not slept to the end of its 10 s wait
+
+
 async def test_a_send_through_another_process_wakes_the_waiter(
     app_factory: AppClient,
 ) -> None:

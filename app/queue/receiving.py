@@ -33,9 +33,9 @@ class Gone(Protocol):
     async def wait(self) -> Any: ...
 
 
-FIFO_LOOK_AGAIN = 0.05
-"""Seconds after which a FIFO long poll that found claimable-looking groups
-taken by others looks again."""
+LOOK_AGAIN = 0.05
+"""Seconds after which a long poll that claimed nothing while its outlook saw
+messages claimable looks again."""
 
 Claim = Callable[[Queue, int, int, Session | None], Awaitable[list[ReceivedMessage]]]
 """claim(queue, visibility_timeout, count, session): in `session`, else grouped."""
@@ -187,12 +187,15 @@ class Receive:
                 ahead = await outlook(session, queue)
         if not received and not ahead.more_now:
             self._hub.mark_quiet(queue.id, generation, ahead.due_in)
-        if not received and ahead.more_now and queue.attributes.fifo:
-            # Groups that may be claimable, none of them taken: another claim or
-            # send held their rows for a moment (a FIFO claim locks a few more
-            # groups than it takes), and nothing need announce them when it ends.
-            # Look again shortly rather than at the next notification.
-            due = FIFO_LOOK_AGAIN if ahead.due_in is None else min(ahead.due_in, FIFO_LOOK_AGAIN)
+        if not received and ahead.more_now:
+            # Messages (FIFO: groups) claimable, none of them taken: another
+            # claim or send held their rows for a moment (a FIFO claim locks a
+            # few more groups than it takes), or they became claimable between
+            # the claim and the outlook, each statement having its own now (a
+            # lease or a delay that ended in between: the outlook no longer
+            # counts it as due, and no notification announces it). Look again
+            # shortly rather than at the next notification.
+            due = LOOK_AGAIN if ahead.due_in is None else min(ahead.due_in, LOOK_AGAIN)
             ahead = Outlook(due_in=due, more_now=True)
         return received, ahead
 
