@@ -366,7 +366,7 @@ KEY_SECRET = "admin-secret-0123456789abcdefghij"
 def _signed_get(url: str, secret: str = KEY_SECRET) -> dict[str, str]:
     """The headers of a GET signed in its Authorization header, as the SDKs sign."""
     request = AWSRequest(method="GET", url=url)
-    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "eu-west-1").add_auth(request)
+    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "us-east-1").add_auth(request)
     return dict(request.headers)
 
 
