@@ -22,6 +22,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,14 +124,13 @@ class RateLimiter:
         self._buckets: dict[str, _Bucket] = {}
         self._in_progress: dict[str, int] = {}
 
-    @contextlib.contextmanager
-    def running(self, principal: Principal) -> Iterator[None]:
-        """One request of `principal` in progress (RateLimited past the cap), and
-        the key its long polls count against (CALLER_KEY)."""
+    def enter(self, principal: Principal) -> tuple[str, Token[str | None]] | None:
+        """One request of `principal` begins (RateLimited past its cap), and its key
+        becomes the one its long polls count against (CALLER_KEY). Returns what
+        `leave` needs; None for no key (nothing is counted)."""
         key = principal.key_id
         if key is None:
-            yield
-            return
+            return None
         held = self._in_progress.get(key, 0)
         if self.concurrency is not None and held >= self.concurrency:
             raise RateLimited(
@@ -139,14 +139,24 @@ class RateLimiter:
                 "this service process (LEASEQ_KEY_CONCURRENCY); retry later.",
             )
         self._in_progress[key] = held + 1
-        token = CALLER_KEY.set(key)
+        return key, CALLER_KEY.set(key)
+
+    def leave(self, entered: tuple[str, Token[str | None]]) -> None:
+        key, token = entered
+        CALLER_KEY.reset(token)
+        left = self._in_progress.pop(key, 1) - 1
+        if left > 0:
+            self._in_progress[key] = left
+
+    @contextlib.contextmanager
+    def running(self, principal: Principal) -> Iterator[None]:
+        """`enter` and `leave` around a block (the SQS door's action)."""
+        entered = self.enter(principal)
         try:
             yield
         finally:
-            CALLER_KEY.reset(token)
-            left = self._in_progress.pop(key, 1) - 1
-            if left > 0:
-                self._in_progress[key] = left
+            if entered is not None:
+                self.leave(entered)
 
     def take(self, principal: Principal) -> None:
         rate = principal.rate_per_second or self.default_rate
@@ -204,7 +214,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         # Held for the whole request: a key's count of requests in progress.
-        in_progress = contextlib.ExitStack()
+        entered = None
         try:
             headers = _headers(scope)
             self._check_host(headers)
@@ -216,12 +226,17 @@ class Guard:
                 _authorize(self._rules, principal, scope["method"], path)
                 self._limiter.take(principal)
                 scope.setdefault("state", {})["principal"] = principal
-                in_progress.enter_context(self._limiter.running(principal))
+                entered = self._limiter.enter(principal)
         except LeaseqError as exc:
             await self._refuse(scope, closing_unread(scope, send), exc)
             return
-        with in_progress:
+        if entered is None:
             await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._limiter.leave(entered)
 
     def _check_host(self, headers: dict[bytes, bytes]) -> None:
         if self._hosts is None:
