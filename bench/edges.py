@@ -68,6 +68,15 @@ def authorization_cost(n: int = 100_000, rounds: int = 5) -> dict[str, float]:
 # -- 2. unauthenticated load -------------------------------------------------------
 
 
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A fresh connection, or None (after a pause) when the server refuses one."""
+    try:
+        return await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        await asyncio.sleep(0.1)
+        return None
+
+
 async def _slow_headers(port: int, connections: int, until: float) -> int:
     """`connections` sockets each sending a request's headers a byte a second;
     one the server cuts is opened again. Returns how many were cut."""
@@ -77,11 +86,9 @@ async def _slow_headers(port: int, connections: int, until: float) -> int:
     async def one() -> None:
         nonlocal cut
         while time.monotonic() < until:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.1)
+            if (connected := await _connect(port)) is None:
                 continue
+            reader, writer = connected
             try:
                 for byte in request:
                     if time.monotonic() >= until or reader.at_eof():
@@ -122,11 +129,9 @@ async def _large_bodies(port: int, clients: int, until: float) -> dict[str, int]
         n = i
         while time.monotonic() < until:
             n += 1
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.1)
+            if (connected := await _connect(port)) is None:
                 continue
+            reader, writer = connected
             try:
                 # The headers and the first 64 KiB; the rest follows until the
                 # server answers or hangs up (an answer first: it did not wait).

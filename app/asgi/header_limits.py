@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import ClassVar
 
 from app.asgi.one_write import OneWriteHttpToolsProtocol
 
@@ -49,15 +49,33 @@ _TOO_LARGE = json.dumps({
 }).encode()
 
 
+class _Unfinished:
+    """One event loop's connections whose headers are not whole yet, oldest first,
+    and the one timer that sweeps those past their deadline (a timer per request
+    would cost each request a heap entry to push and, cancelled, to clean)."""
+
+    def __init__(self) -> None:
+        self.since: OrderedDict[HeaderLimitedProtocol, float] = OrderedDict()
+        self.sweeper: asyncio.TimerHandle | None = None
+
+
+_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Unfinished] = (
+    weakref.WeakKeyDictionary())
+
+
 class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
     """uvicorn's httptools protocol (one write per answer) with the limits above."""
 
-    _unfinished: ClassVar[OrderedDict[HeaderLimitedProtocol, None]] = OrderedDict()
     _header_bytes: int = 0
-    _header_timer: asyncio.TimerHandle | None = None
+    _waiting = False  # this connection's request headers are unfinished
+    _pool: _Unfinished
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        pool = _BY_LOOP.get(self.loop)
+        if pool is None:
+            pool = _BY_LOOP[self.loop] = _Unfinished()
+        self._pool = pool
         self._begin_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -73,36 +91,35 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
-        counted = self in self._unfinished
+        counted = self._waiting
         before = self._header_bytes
         self._header_bytes += len(data)
         super().data_received(data)
         # Still unfinished after this read, and past the cap: whatever the read
         # held beyond the headers (a body) cannot be, as they are not over yet.
-        if counted and self in self._unfinished and before + len(data) > _LIMITS.max_bytes:
+        if counted and self._waiting and before + len(data) > _LIMITS.max_bytes:
             self._refuse_too_large()
 
     # -- the limits ---------------------------------------------------------------
 
     def _begin_headers(self) -> None:
-        if self in self._unfinished or self.transport.is_closing():
+        if self._waiting:
             return
+        self._waiting = True
         self._header_bytes = 0
-        self._unfinished[self] = None
-        self._header_timer = self.loop.call_later(_LIMITS.timeout, self._too_slow)
-        while len(self._unfinished) > _LIMITS.max_unfinished:
-            oldest = next(iter(self._unfinished))
-            oldest._give_up()
+        pool = self._pool
+        since = pool.since
+        since[self] = self.loop.time()
+        if len(since) > _LIMITS.max_unfinished:
+            while len(since) > _LIMITS.max_unfinished:
+                next(iter(since))._give_up()
+        if pool.sweeper is None:
+            pool.sweeper = self.loop.call_later(_sweep_every(), _sweep, self.loop)
 
     def _end_headers(self) -> None:
-        self._unfinished.pop(self, None)
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _too_slow(self) -> None:
-        self._header_timer = None
-        self._give_up()
+        if self._waiting:
+            self._pool.since.pop(self, None)
+            self._waiting = False
 
     def _give_up(self) -> None:
         self._end_headers()
@@ -119,7 +136,24 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
         self.transport.write(head + _TOO_LARGE)
         self.transport.close()
 
-    @classmethod
-    def unfinished(cls) -> int:
-        """Connections whose request headers are not whole yet (for tests and metrics)."""
-        return len(cls._unfinished)
+
+def _sweep_every() -> float:
+    """How often the deadline is checked: a quarter of it, at most a second."""
+    return min(1.0, _LIMITS.timeout / 4)
+
+
+def _sweep(loop: asyncio.AbstractEventLoop) -> None:
+    """Closes the connections past their deadline (the oldest come first), then
+    looks again while any connection's headers are unfinished."""
+    unfinished = _BY_LOOP.get(loop)
+    if unfinished is None:
+        return
+    unfinished.sweeper = None
+    late = loop.time() - _LIMITS.timeout
+    while unfinished.since:
+        oldest, since = next(iter(unfinished.since.items()))
+        if since > late:
+            break
+        oldest._give_up()
+    if unfinished.since:
+        unfinished.sweeper = loop.call_later(_sweep_every(), _sweep, loop)
