@@ -21,7 +21,7 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
@@ -271,8 +271,7 @@ class Guard:
             return
         content_type = headers.get(b"content-type")
         if content_type is None:
-            length = headers.get(b"content-length", b"0")
-            if length.strip() in (b"", b"0") and b"transfer-encoding" not in headers:
+            if not announces_body(headers):
                 return  # no body at all
             raise UnsupportedMediaType("A request body must be application/json.")
         media = content_type.split(b";", 1)[0].strip().lower()
@@ -328,10 +327,7 @@ def closing_unread(scope: Scope, send: Send) -> Send:
     """`send` for the answer to a refused request, closing its connection when it
     came with a body: the body is never read (uvicorn has buffered at most its
     first 64 KiB), and a connection kept alive would read and drop the rest."""
-    headers = _headers(scope)
-    if headers.get(b"content-length", b"0").strip() in (b"", b"0") and (
-        b"transfer-encoding" not in headers
-    ):
+    if not announces_body(_headers(scope)):
         return send
 
     async def closing(message: Any) -> None:
@@ -341,3 +337,10 @@ def closing_unread(scope: Scope, send: Send) -> Send:
         await send(message)
 
     return closing
+
+
+def announces_body(headers: Mapping[bytes, bytes]) -> bool:
+    """Whether a request's headers say a body follows (a length, or chunks)."""
+    return headers.get(b"content-length", b"0").strip() not in (b"", b"0") or (
+        b"transfer-encoding" in headers
+    )

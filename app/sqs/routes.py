@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope
 from app.asgi.access import REQUEST_ID, SQS_ACTION
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import Answer, Call, response_of, serves
+from app.auth.guard import announces_body
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
 from app.config import Settings
@@ -63,7 +64,7 @@ class _Request:
 
 
 _SIGNER = "leaseq.sqs_signer"
-"""The scope's key for what `before_body` found: (signed parts, principal, secret, headers)."""
+"""The scope's key for what `before_body` found (a Signer)."""
 
 
 def _is_json(headers: Headers) -> bool:
@@ -71,75 +72,78 @@ def _is_json(headers: Headers) -> bool:
         "content-type", "").startswith("application/x-amz-json")
 
 
-def _has_body(headers: Headers) -> bool:
-    return headers.get("content-length", "0").strip() not in ("", "0") or (
-        "transfer-encoding" in headers
+Signer = tuple[sigv4.Signed, Principal, str, dict[str, list[str]]]
+"""What a request's credentials came to: its signature's parts, whose key, that
+key's secret, its headers by name (for checking the signature over the body)."""
+
+
+async def _credentials(scope: Scope, state: Any, is_json: bool) -> Signer | None:
+    """Everything of the credentials the headers tell: their form, date window and
+    region, that the key exists. None while no key exists (the door is open);
+    SqsError (or the engine's error) otherwise. Needs no body."""
+    keys: KeyStore = state.keys
+    settings: Settings = state.settings
+    await keys.ensure()
+    if not keys.enforcing:
+        return None
+    by_name = sigv4.headers_by_name(
+        [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
     )
+    query = scope.get("query_string", b"").decode("latin-1")
+    signed = sigv4.parse(by_name, query, now=datetime.now(UTC), json_protocol=is_json)
+    sigv4.check_region(signed, settings.sqs_region)
+    if signed.presigned and announces_body(dict(scope["headers"])):
+        # A presigned URL signs its query string and nothing else: parameters in
+        # a body would ride on someone else's signature (a URL signed for
+        # GetQueueAttributes, posted with Action=PurgeQueue in its body).
+        raise SqsError(
+            "AccessDenied",
+            "A presigned request carries all its parameters in its signed query "
+            "string; this one has a body.",
+        )
+    found = await keys.signing_secret(signed.key)
+    if found is None:
+        raise SqsError(
+            "InvalidClientTokenId", "The security token included in the request is invalid."
+        )
+    principal, secret = found
+    return signed, principal, secret, by_name
 
 
 async def before_body(scope: Scope, state: Any) -> Answer | None:
-    """Everything of the credentials the headers tell (their form, date window,
-    region, that the key exists), before a byte of the body is read: an
+    """The credentials checked before a byte of the body is read: an
     unauthenticated request is refused for the price of its headers, and its
     connection closed rather than its body read. The signature itself covers the
     body and is checked after (`_authenticate`)."""
-    keys: KeyStore = state.keys
-    settings: Settings = state.settings
-    headers = Headers(scope=scope)
-    is_json = _is_json(headers)
+    is_json = _is_json(Headers(scope=scope))
     try:
-        await keys.ensure()
-        if not keys.enforcing:
-            return None
-        by_name = sigv4.headers_by_name(
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        )
-        query = scope.get("query_string", b"").decode("latin-1")
-        signed = sigv4.parse(by_name, query, now=datetime.now(UTC), json_protocol=is_json)
-        sigv4.check_region(signed, settings.sqs_region)
-        if signed.presigned and _has_body(headers):
-            # A presigned URL signs its query string and nothing else: parameters in
-            # a body would ride on someone else's signature (a URL signed for
-            # GetQueueAttributes, posted with Action=PurgeQueue in its body).
-            raise SqsError(
-                "AccessDenied",
-                "A presigned request carries all its parameters in its signed query "
-                "string; this one has a body.",
-            )
-        found = await keys.signing_secret(signed.key)
-        if found is None:
-            raise SqsError(
-                "InvalidClientTokenId", "The security token included in the request is invalid."
-            )
+        signer = await _credentials(scope, state, is_json)
     except (SqsError, LeaseqError) as exc:
         scope[SQS_ACTION] = "unknown"
         answer = _error(from_engine(exc), is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()))
-        if _has_body(headers):
+        if announces_body(dict(scope["headers"])):
             answer = dataclasses.replace(
                 answer, headers=(*answer.headers, (b"connection", b"close")))
         return answer
-    scope[_SIGNER] = (signed, *found, by_name)
+    if signer is not None:
+        scope[_SIGNER] = signer
     return None
 
 
 async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
-    """(who, their sender id) of a request whose credentials `before_body` passed:
-    the signature, over the body too, checked before the body is parsed."""
-    keys: KeyStore = request.state.keys
-    settings: Settings = request.state.settings
-    found = request.scope.get(_SIGNER)
-    if found is None:
-        if keys.enforcing:  # keys arrived between the two looks: check from the start
-            refused = await before_body(request.scope, request.state)
-            if refused is not None or (found := request.scope.get(_SIGNER)) is None:
-                raise SqsError("MissingAuthenticationToken",
-                               "Request is missing Authentication Token")
-        else:
-            # Open (no key exists): any access key is accepted as the sender's id.
-            return EVERYONE, sigv4.access_key(request.headers.get("authorization")) or (
-                settings.sqs_account_id
-            )
-    signed, principal, secret, by_name = found
+    """(who, their sender id) of a request: its credentials (as `before_body` found
+    them, else checked now), then the signature over the body too, before the
+    body is parsed."""
+    signer: Signer | None = request.scope.get(_SIGNER)
+    if signer is None:
+        signer = await _credentials(request.scope, request.state, is_json)
+    if signer is None:
+        # Open (no key exists): any access key is accepted as the sender's id.
+        settings: Settings = request.state.settings
+        return EVERYONE, sigv4.access_key(request.headers.get("authorization")) or (
+            settings.sqs_account_id
+        )
+    signed, principal, secret, by_name = signer
     sigv4.check(signed, secret=secret, method=request.scope["method"], path=request.path,
                 query_string=request.query, by_name=by_name, body=request.body)
     return principal, signed.key
