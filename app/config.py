@@ -407,6 +407,11 @@ class Settings(BaseSettings):
         """uvicorn's limit_concurrency: connections and requests at once per process."""
         return self.limit_concurrency or self.max_waiters + 1000
 
+    def unfinished_headers_limit(self) -> int:
+        """LEASEQ_MAX_UNFINISHED_HEADERS, never above half of uvicorn's connection limit
+        (slow connections must leave room for whole requests)."""
+        return min(self.max_unfinished_headers, max(1, self.connection_limit() // 2))
+
     def waiters_per_key(self) -> int:
         return max(1, math.ceil(self.max_waiters * self.key_waiter_share))
 

@@ -127,8 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     header_limits.configure(header_limits.HeaderLimits(
         timeout=settings.header_timeout_seconds,
         max_bytes=settings.max_header_bytes,
-        max_unfinished=min(settings.max_unfinished_headers,
-                           max(1, settings.connection_limit() // 2)),
+        max_unfinished=settings.unfinished_headers_limit(),
     ))
     database_url = settings.database_url
     if database_url is None:

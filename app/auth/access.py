@@ -28,6 +28,7 @@ refused to every key (default deny).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +126,14 @@ def needs_of_route(route: Any) -> Needs | None:
     """A route's declaration (None: it has none)."""
     extra = getattr(route, "openapi_extra", None) or {}
     texts = extra.get(OPENAPI_KEY)
-    return None if texts is None else Needs.parse(texts)
+    return None if texts is None else _parsed(tuple(texts))
+
+
+@functools.cache
+def _parsed(texts: tuple[str, ...]) -> Needs:
+    # The routes' declarations are a few dozen tuples of strings: each is parsed
+    # once, not on every request that checks one.
+    return Needs.parse(texts)
 
 
 def needs_of_request(scope: Any) -> Needs:

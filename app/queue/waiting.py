@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from app.config import Settings
 from app.db.connector import listening
@@ -68,6 +68,13 @@ class Ready(NamedTuple):
     queue_id: int
     ready: int
     due_in: float | None = None
+
+
+def _count_down(counts: dict[Any, int], key: Any) -> None:
+    """One fewer of `key`; a count that reaches 0 leaves the dict (it stays small)."""
+    left = counts.pop(key, 0) - 1
+    if left > 0:
+        counts[key] = left
 
 
 class Waiter:
@@ -161,14 +168,10 @@ class WaitHub:
         return Seat(queue_id, key)
 
     def free_seat(self, seat: Seat) -> None:
-        left = self._seats.pop(seat.queue_id, 0) - 1
-        if left > 0:
-            self._seats[seat.queue_id] = left
+        _count_down(self._seats, seat.queue_id)
         self._seated -= 1
         if seat.key is not None:
-            held = self._key_seats.pop(seat.key, 0) - 1
-            if held > 0:
-                self._key_seats[seat.key] = held
+            _count_down(self._key_seats, seat.key)
 
     def seated(self, queue_id: int | None = None) -> int:
         """Long polls admitted right now, on `queue_id` or on any queue."""
