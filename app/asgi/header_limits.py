@@ -91,13 +91,14 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
-        counted = self._waiting
-        before = self._header_bytes
+        if not self._waiting:  # a body, or the first read of the next request
+            super().data_received(data)
+            return
         self._header_bytes += len(data)
         super().data_received(data)
         # Still unfinished after this read, and past the cap: whatever the read
         # held beyond the headers (a body) cannot be, as they are not over yet.
-        if counted and self._waiting and before + len(data) > _LIMITS.max_bytes:
+        if self._waiting and self._header_bytes > _LIMITS.max_bytes:
             self._refuse_too_large()
 
     # -- the limits ---------------------------------------------------------------
@@ -110,9 +111,8 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
         pool = self._pool
         since = pool.since
         since[self] = self.loop.time()
-        if len(since) > _LIMITS.max_unfinished:
-            while len(since) > _LIMITS.max_unfinished:
-                next(iter(since))._give_up()
+        while len(since) > _LIMITS.max_unfinished:
+            next(iter(since))._give_up()
         if pool.sweeper is None:
             pool.sweeper = self.loop.call_later(_sweep_every(), _sweep, self.loop)
 
