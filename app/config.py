@@ -347,7 +347,7 @@ class Settings(BaseSettings):
     @field_validator("sqs_credentials")
     @classmethod
     def _credential_pairs(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None or not value.get_secret_value().strip():
+        if value is None:  # blank is unset (_blank_is_unset)
             return None
         parse_credentials(value.get_secret_value())
         return value
@@ -355,7 +355,7 @@ class Settings(BaseSettings):
     @field_validator("public_url")
     @classmethod
     def _public_base_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+        if value is None:
             return None
         value = value.strip()
         if any(c.isspace() for c in value):
@@ -378,7 +378,7 @@ class Settings(BaseSettings):
     @field_validator("database_url", "listen_url")
     @classmethod
     def _postgres_url(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value in (None, ""):
+        if value is None:
             return None
         if not value.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
             name = "DATABASE_URL" if info.field_name == "database_url" else "LEASEQ_LISTEN_URL"
