@@ -50,6 +50,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\nthe test suite changed the user's data directory "
               f"{SANDBOX.real_data_dir}: {sorted(touched)}")
     shutil.rmtree(SANDBOX.home, ignore_errors=True)
+    shutil.rmtree(SANDBOX.embedded_root, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -71,10 +72,8 @@ def with_database(url: str, database: str) -> str:
 def server_url() -> Iterator[str]:
     """A URL of the PostgreSQL server the tests use (its maintenance database).
 
-    The embedded server's data lives outside pytest's temporary root: run as root,
-    it runs as another user who must traverse to it, and every pytest session
-    starting on the machine resets that root to mode 0700 (which would crash the
-    server of a session still running: "could not open pg_control")."""
+    The embedded server's data directory lives outside pytest's temporary root,
+    which a later pytest session on the machine may clear while this one runs."""
     if EXTERNAL_URL is not None:
         yield plain_url(EXTERNAL_URL)
         return

@@ -50,11 +50,13 @@ def wait_until(
 
 def service_env(database_url: str | None = None) -> dict[str, str]:
     """The test's environment without any leaseq setting: embedded PostgreSQL
-    unless `database_url` is given."""
+    unless `database_url` is given. The session's embedded root stays
+    (tests/sandbox_home.py): where a server's files go, not how leaseq behaves."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if key != "DATABASE_URL" and not key.startswith("LEASEQ_")
+        if key != "DATABASE_URL"
+        and (not key.startswith("LEASEQ_") or key == "LEASEQ_EMBEDDED_ROOT")
     }
     if database_url is not None:
         env["DATABASE_URL"] = database_url
@@ -83,7 +85,8 @@ def run_cli(
 
 
 def pgdata_of(data_dir: Path) -> Path:
-    return data_dir.resolve() / "pgdata"
+    """The server's real directory (run as root, `pgdata` links to it)."""
+    return (data_dir.resolve() / "pgdata").resolve()
 
 
 def postmaster_pid(data_dir: Path) -> int | None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import platformdirs
 
+from app.db.embedded import SERVER_ROOT
+
 _XDG = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
 
 
@@ -47,12 +49,18 @@ class Sandbox:
     home: Path
     real_data_dir: Path
     real_before: frozenset[Entry]
+    embedded_root: Path
+    machine_root: Path = SERVER_ROOT
+    machine_root_before: frozenset[Entry] = frozenset()
 
     def real_changes(self) -> set[str]:
-        """Names in the user's real leaseq data directory the suite created,
-        changed or removed."""
+        """Names in the user's real leaseq data directory (or, as paths, in the
+        machine's embedded root) the suite created, changed or removed."""
         now = listing(self.real_data_dir)
-        return {e.name for e in now ^ self.real_before}
+        machine_now = listing(self.machine_root)
+        return {e.name for e in now ^ self.real_before} | {
+            str(self.machine_root / e.name) for e in machine_now ^ self.machine_root_before
+        }
 
 
 def enter() -> Sandbox:
@@ -65,4 +73,11 @@ def enter() -> Sandbox:
         os.environ[name] = str(home / name.removeprefix("XDG_").lower())
     if "npm_config_cache" not in os.environ and real_npm_cache.is_dir():
         os.environ["npm_config_cache"] = str(real_npm_cache)
-    return Sandbox(home, real_data_dir, listing(real_data_dir))
+    # Run as root, every embedded server's files go to the embedded root
+    # (app/db/embedded.py): the session's own, removed with it, not the
+    # machine's /var/lib/leaseq-pg.
+    embedded_root = Path(tempfile.mkdtemp(prefix="leaseq-test-pgroot-"))
+    embedded_root.chmod(0o711)  # as the service would make it; tests nest roots in it
+    os.environ["LEASEQ_EMBEDDED_ROOT"] = str(embedded_root)
+    return Sandbox(home, real_data_dir, listing(real_data_dir), embedded_root,
+                   SERVER_ROOT, listing(SERVER_ROOT))

