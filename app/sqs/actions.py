@@ -44,7 +44,7 @@ from app.sqs.queues import (
     purge_queue,
 )
 
-__all__ = ["ACTIONS", "NEEDS", "Action", "Context"]
+__all__ = ["ACTIONS", "NEEDS", "READ_ONLY", "Action", "Context"]
 
 Action = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -103,3 +103,12 @@ NEEDS: dict[str, Needs] = {action: Needs.parse(texts) for action, texts in {
     "RemovePermission": ["admin:queue"],
 }.items()}
 assert NEEDS.keys() == ACTIONS.keys()
+
+# The actions that change nothing. Others (ReceiveMessage too: it takes a
+# lease) are refused over a GET whose signature is not in its URL
+# (app/sqs/routes.py; docs/decisions.md).
+READ_ONLY = frozenset({
+    "GetQueueUrl", "ListQueues", "GetQueueAttributes", "ListQueueTags",
+    "ListDeadLetterSourceQueues", "ListMessageMoveTasks",
+})
+assert READ_ONLY <= ACTIONS.keys()

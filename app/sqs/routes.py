@@ -30,7 +30,7 @@ from app.auth.store import KeyStore
 from app.config import Settings
 from app.errors import LeaseqError
 from app.sqs import protocol, sigv4
-from app.sqs.actions import ACTIONS, NEEDS, Context
+from app.sqs.actions import ACTIONS, NEEDS, READ_ONLY, Context
 from app.sqs.errors import NO_QUEUE, SqsError, from_engine
 
 _log = logging.getLogger(__name__)
@@ -176,6 +176,13 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
         if handler is None:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
+            )
+        if (request.scope["method"] == "GET" and action not in READ_ONLY
+                and not sigv4.is_presigned(request.query)):
+            raise SqsError(
+                "UnsupportedOperation",
+                f"{action} changes state and is not taken over GET: send it as a POST "
+                f"(a presigned URL may be a GET).",
             )
         needs = NEEDS.get(action)
         if needs is None:  # default deny: an action without a declaration

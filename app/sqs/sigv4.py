@@ -87,12 +87,17 @@ def headers_by_name(headers: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     return by_name
 
 
+def is_presigned(query_string: str) -> bool:
+    """Whether a request carries (or claims to carry) its signature in its URL."""
+    return "X-Amz-Signature=" in query_string or "X-Amz-Algorithm=" in query_string
+
+
 def parse(
     by_name: Mapping[str, list[str]], query_string: str, *, now: datetime, json_protocol: bool
 ) -> Signed:
     """The signature's parts, once its form, its date and the headers it covers
     pass; SqsError otherwise. Nothing here needs the secret or the body."""
-    if "X-Amz-Signature=" in query_string or "X-Amz-Algorithm=" in query_string:
+    if is_presigned(query_string):
         if json_protocol:
             raise SqsError(
                 "IncompleteSignature",
