@@ -4,9 +4,13 @@ Starts `leaseq serve` as users run it (embedded PostgreSQL unless DATABASE_URL
 is set) and prints one table, measured in one run on one PostgreSQL:
 
 - raw: the cycle send -> claim -> conditional delete written directly in SQL
-  with asyncpg (the baseline), one message per statement and batches of 10,
-  at 1, 4 and 16 concurrent clients;
+  with asyncpg on leaseq's own table, one message per statement and batches
+  of 10, at 1, 4 and 16 concurrent clients;
+- minimal: the same SQL cycle on the minimal queue table (bench/minimal.py),
+  the database's floor;
 - rest: the same cycle through leaseq's REST API, and the ratio rest / raw;
+- apart: a real queue's shape, producers and consumers apart with a standing
+  backlog (bench/apart.py), leaseq against the minimal table;
 - lost and duplicated messages of every row (lost must be 0);
 - fifo: the REST cycle (batches of 10, 16 clients) on a FIFO queue, its
   messages spread over 100 message groups and all in one hot group (the worst
@@ -37,9 +41,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psutil
 
-from bench import cycle, heartbeat_capacity
+from bench import apart, cycle, heartbeat_capacity, minimal
 from bench._harness import (
     Http,
     Service,
@@ -50,6 +55,7 @@ from bench._harness import (
     percentile,
     running_service,
     wait_settled,
+    wal_counter,
 )
 from bench.heartbeats import Heartbeats
 from bench.longpoll import database_url, send_to_receive
@@ -62,6 +68,8 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
     rows = []
     service_cpu = _service_cpu(service)
     database_cpu = service.database_cpu_seconds
+    wal = wal_counter(url)
+    asyncio.run(minimal.create(url))
     for batch in (1, 10):
         for n in clients:
             name = f"cycle-{batch}-{n}"
@@ -71,14 +79,22 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q)
             remaining_raw = lambda q=queue_id: fetch_ids(  # noqa: E731
                 url, "SELECT id::text FROM messages WHERE queue_id = $1", q)
+            least = cycle.run("minimal", url, queue_id, clients=n, batch=batch,
+                              seconds=seconds, processes=processes,
+                              remaining=lambda q=queue_id: fetch_ids(url, minimal.REMAINING, q),
+                              service_cpu=service_cpu, database_cpu=database_cpu,
+                              wal_bytes=wal)
+            asyncio.run(minimal.reset(url))
             raw = cycle.run("raw", url, queue_id, clients=n, batch=batch, seconds=seconds,
                             processes=processes, remaining=remaining_raw,
-                            service_cpu=service_cpu, database_cpu=database_cpu)
+                            service_cpu=service_cpu, database_cpu=database_cpu,
+                            wal_bytes=wal)
             fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
             grouped = _grouping(service.port)
             rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
                              seconds=seconds, processes=processes, remaining=remaining_rest,
-                             service_cpu=service_cpu, database_cpu=database_cpu)
+                             service_cpu=service_cpu, database_cpu=database_cpu,
+                             wal_bytes=wal)
             after = _grouping(service.port)
             rest_row = rest.as_dict()
             # Requests per statement (group commit); /metrics is one worker's only.
@@ -86,7 +102,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 op: (after[op][0] - grouped[op][0]) / max(after[op][1] - grouped[op][1], 1)
                 for op in ("send", "claim", "delete")
             }
-            row = {"raw": raw.as_dict(), "rest": rest_row,
+            row = {"minimal": least.as_dict(), "raw": raw.as_dict(), "rest": rest_row,
                    "ratio": rest.messages_per_second / max(raw.messages_per_second, 1e-9)}
             if n == max(clients):
                 # The workers' cycle: each acknowledgement rides on the next receive.
@@ -94,7 +110,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
                                    seconds=seconds, processes=processes,
                                    remaining=remaining_rest, service_cpu=service_cpu,
-                                   database_cpu=database_cpu)
+                                   database_cpu=database_cpu, wal_bytes=wal)
                 row["worker"] = worker.as_dict()
                 row["worker_ratio"] = (
                     worker.messages_per_second / max(raw.messages_per_second, 1e-9))
@@ -105,12 +121,104 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                     sqs = cycle.run("sqs", service.port, cycle.sqs_queue_url(service.port, name),
                                     clients=n, batch=batch, seconds=seconds,
                                     processes=processes, remaining=remaining_rest,
-                                    service_cpu=service_cpu, database_cpu=database_cpu)
+                                    service_cpu=service_cpu, database_cpu=database_cpu,
+                                    wal_bytes=wal)
                     row["sqs"] = sqs.as_dict()
                     row["sqs_ratio"] = sqs.messages_per_second / max(raw.messages_per_second,
                                                                      1e-9)
             rows.append(row)
+    asyncio.run(minimal.drop(url))
     return rows
+
+
+def _settle(url: str, table: str) -> None:
+    """Before a row: the table vacuumed and analysed, and a checkpoint, so that
+    every row starts at the same point of the checkpoint cycle (the first change
+    of a page after one writes the whole page to the WAL)."""
+    async def go() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f"VACUUM (ANALYZE) {table}")
+            await conn.execute("CHECKPOINT")
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+_MINIMAL_QUEUE = 1  # the minimal table's queue column in the apart rows
+
+
+def apart_rows(service: Service, url: str, *, seconds: float, backlogs: list[int],
+               processes: int, producers: int = 8, consumers: int = 8) -> list[dict[str, Any]]:
+    """A real queue's shape (bench/apart.py): the minimal table, then leaseq's
+    REST API, at each backlog, single messages and batches of 10."""
+    service_cpu = _service_cpu(service)
+    database_cpu = service.database_cpu_seconds
+    wal = wal_counter(url)
+    asyncio.run(minimal.create(url))
+    rows = []
+    for backlog in backlogs:
+        for batch in (1, 10):
+            pair: dict[str, Any] = {"backlog": backlog, "batch": batch}
+            asyncio.run(minimal.reset(url))
+            prefilled = apart.prefill_minimal(url, _MINIMAL_QUEUE, backlog)
+            _settle(url, minimal.TABLE)
+            pair["minimal"] = apart.run(
+                "minimal", url, _MINIMAL_QUEUE, producers=producers, consumers=consumers,
+                batch=batch, backlog=backlog, seconds=seconds, processes=processes,
+                prefilled=prefilled,
+                remaining=lambda: fetch_ids(url, minimal.REMAINING, _MINIMAL_QUEUE),
+                service_cpu=service_cpu, database_cpu=database_cpu, wal_bytes=wal)
+            asyncio.run(minimal.reset(url))
+            name = f"apart-{backlog}-{batch}"
+            call(service.port, "POST", "/v1/queues", {"name": name})
+            rest_id = find_queue_id(url, name)
+            prefilled = apart.prefill_rest(service.port, name, backlog)
+            _settle(url, "messages")
+            pair["rest"] = apart.run(
+                "rest", service.port, name, producers=producers, consumers=consumers,
+                batch=batch, backlog=backlog, seconds=seconds, processes=processes,
+                prefilled=prefilled,
+                remaining=lambda q=rest_id: fetch_ids(
+                    url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q),
+                service_cpu=service_cpu, database_cpu=database_cpu, wal_bytes=wal)
+            fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", rest_id)
+            rows.append(pair)
+    asyncio.run(minimal.drop(url))
+    return rows
+
+
+def print_apart(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    first = rows[0]["rest"]
+    print(f"a real queue's shape: {first['producers']} producers and {first['consumers']} "
+          f"consumers apart (REST consumers long-poll, wait=1), a standing backlog; "
+          f"leaseq (REST) against the minimal table (SQL)")
+    print(f"{'apart':<24}{'msg/s':>8}{'db us/msg':>11}{'svc us/msg':>12}{'WAL B/msg':>11}"
+          f"{'msg/s/db core':>15}{'svc/db cores':>14}{'x min db':>10}{'x min WAL':>11}"
+          f"{'lost':>6}{'dup':>5}")
+    for pair in rows:
+        least = pair["minimal"]
+        for kind in ("minimal", "rest"):
+            row = pair[kind]
+            label = (f"{'leaseq' if kind == 'rest' else 'minimal'} "
+                     f"{'single' if row['batch'] == 1 else 'batch 10'}, {row['backlog']:,}")
+            db = row["database_us_per_message"] or 0.0
+            svc = row["service_us_per_message"] if kind == "rest" else None
+            wal = row["wal_bytes_per_message"] or 0.0
+            per_core = row["messages_per_second"] / max((row["database_cpu_percent"] or 0) / 100,
+                                                        1e-9)
+            print(f"{label:<24}{row['messages_per_second']:>8.0f}{db:>11.0f}"
+                  f"{'-' if svc is None else f'{svc:.0f}':>12}{wal:>11.0f}{per_core:>15.0f}"
+                  f"{'-' if svc is None else f'{svc / max(db, 1e-9):.2f}':>14}"
+                  f"{db / max(least['database_us_per_message'] or 0, 1e-9):>10.2f}"
+                  f"{wal / max(least['wal_bytes_per_message'] or 0, 1e-9):>11.2f}"
+                  f"{row['lost']:>6}{row['duplicated']:>5}")
+    print("  (db/svc us/msg: CPU microseconds per message deleted; msg/s/db core: messages a "
+          "second per core of PostgreSQL; svc/db cores: service cores per database core; "
+          "x min: against the minimal table's row of the same shape; targets 1.25 (db), 1.5 (WAL))")
 
 
 def fifo_rows(service: Service, url: str, *, seconds: float, processes: int,
@@ -257,6 +365,8 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"  group commit, {'single' if row['rest']['batch'] == 1 else 'batch 10'}, "
                   f"16 clients: requests per statement: "
                   + ", ".join(f"{op} {value:.1f}" for op, value in grouping.items()))
+    print_database(report["cycle"])
+    print_apart(report["apart"])
     print_fifo(report["fifo"])
     bare = report.get("bare_floor")
     if bare is not None:
@@ -288,6 +398,26 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"service RSS ({report['workers']} worker(s); with several, summed with uvicorn's "
           f"supervisor and multiprocessing's helper): idle "
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
+
+
+def print_database(cycle_rows: list[dict[str, Any]]) -> None:
+    """The lockstep rows at 16 clients as the database sees them."""
+    print("  PostgreSQL per message at 16 clients, lockstep (CPU us, WAL bytes; "
+          "x minimal, x raw on leaseq's table: target 0.8): " + "; ".join(
+              f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} " + ", ".join(
+                  f"{kind} {_database_us(row[kind]):.0f} us "
+                  f"{row[kind].get('wal_bytes_per_message') or 0:.0f} B"
+                  + ("" if kind in ("minimal", "raw") else
+                     f" ({_database_us(row[kind]) / max(_database_us(row['minimal']), 1e-9):.2f}"
+                     f" x min, "
+                     f"{_database_us(row[kind]) / max(_database_us(row['raw']), 1e-9):.2f} x raw)")
+                  for kind in ("minimal", "raw", "rest", "worker", "sqs") if kind in row)
+              for row in cycle_rows if row["rest"]["clients"] == 16))
+
+
+def _database_us(result: dict[str, Any]) -> float:
+    rate = max(float(result["messages_per_second"]), 1e-9)
+    return 1e4 * float(result.get("database_cpu_percent") or 0.0) / rate
 
 
 def print_fifo(fifo: dict[str, Any]) -> None:
@@ -372,6 +502,9 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
                                       processes=processes, service_cpu=service.cpu_seconds)
         report["bare_floor"] = bare_floor(seconds=seconds, processes=processes)
         report["cycle"] = cycle_rows(service, url, seconds=seconds, clients=clients,
+                                     processes=processes)
+        report["apart"] = apart_rows(service, url, seconds=seconds,
+                                     backlogs=[1000] if quick else [1000, 100_000],
                                      processes=processes)
         report["fifo"] = fifo_rows(service, url, seconds=seconds, processes=processes)
         report["heartbeats"] = heartbeat_rows(service, url, seconds=seconds, counts=counts,

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +26,8 @@ from typing import Any
 
 import asyncpg
 import psutil
+
+from app.db.embedded import remove
 
 
 def free_port() -> int:
@@ -75,8 +76,10 @@ class Service:
             if proc.info["name"] in ("postgres", "postmaster")
             and "-D" in (proc.info["cmdline"] or [])
         ]
+        # Run as root, the server's directory is where data_dir/pgdata links to.
+        pgdata = str((self.data_dir / "pgdata").resolve())
         embedded = [p for p in postmasters
-                    if any(str(self.data_dir) in part for part in p.info["cmdline"] or [])]
+                    if any(pgdata in part for part in p.info["cmdline"] or [])]
         total = 0.0
         for postmaster in embedded or postmasters:
             with contextlib.suppress(psutil.Error):
@@ -111,7 +114,8 @@ def running_service(*, pool_size: int = 10, workers: int | None = None,
     LEASEQ_ADMIN_KEY, or DATABASE_URL)."""
     data_dir = Path(tempfile.mkdtemp(prefix="leaseq-bench-"))
     port = free_port()
-    service_env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEQ_")}
+    service_env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("LEASEQ_") or k == "LEASEQ_EMBEDDED_ROOT"}
     # The heartbeat load extends its leases 100 to a request (the default cap is 10).
     service_env.update(LEASEQ_LOG_LEVEL="warning", LEASEQ_POOL_SIZE=str(pool_size),
                        LEASEQ_MAX_BATCH="100")
@@ -146,7 +150,7 @@ def running_service(*, pool_size: int = 10, workers: int | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove(data_dir)
 
 
 class Http:
@@ -232,6 +236,15 @@ def fetch_ids(url: str, sql: str, *args: Any) -> set[str]:
             await conn.close()
 
     return asyncio.run(fetch())
+
+
+def wal_counter(url: str) -> Any:
+    """A function returning the bytes of WAL the server has written so far
+    (pg_stat_wal: the whole server's, the bench's load and its own checks)."""
+    def read() -> float:
+        return float(next(iter(fetch_ids(url, "SELECT wal_bytes FROM pg_stat_wal"))))
+
+    return read
 
 
 def call(port: int, method: str, path: str, body: Any = None) -> Any:

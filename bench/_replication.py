@@ -20,7 +20,6 @@ import pwd
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,8 @@ from types import TracebackType
 
 import psutil
 
-SYSTEM_USER = "leaseq-pg"
+from app.db.embedded import SYSTEM_USER, prepared_root, reachable_binaries
+
 STANDBY_NAME = "standby"
 _TIMEOUT = 60.0
 
@@ -105,11 +105,14 @@ class ReplicatedPostgres:
         self.database = database
         self.addresses = addresses or {}
         self.trusted = trusted
-        self.folder = Path(tempfile.mkdtemp(prefix="leaseq-failover-"))
+        self._user = SYSTEM_USER if os.geteuid() == 0 else None
+        # Run as root, the servers' user reaches them where the embedded server
+        # lives (app/db/embedded.py), and no home directory is opened to it.
+        self.folder = Path(tempfile.mkdtemp(
+            prefix="leaseq-failover-", dir=None if self._user is None else prepared_root()))
         self.primary = Node("primary", self.folder / "primary", free_port())
         self.standby = Node(STANDBY_NAME, self.folder / STANDBY_NAME, free_port())
-        self._user = SYSTEM_USER if os.geteuid() == 0 else None
-        self._bin = bin_dir()
+        self._bin = bin_dir() if self._user is None else reachable_binaries(bin_dir())
 
     @property
     def url(self) -> str:
@@ -266,12 +269,6 @@ class ReplicatedPostgres:
                  self._user], check=True, capture_output=True,
             )
             entry = pwd.getpwnam(self._user)
-        # The server user must reach its directory and the binaries: traverse only.
-        for path in (self.folder, self._bin):
-            for parent in [path, *path.parents]:
-                mode = parent.stat().st_mode
-                if not mode & stat.S_IXOTH:
-                    parent.chmod(mode | stat.S_IXOTH)
         os.chown(self.folder, entry.pw_uid, entry.pw_gid)
 
     def _run(self, program: str, *args: str, timeout: float = _TIMEOUT + 10) -> str:

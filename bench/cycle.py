@@ -1,7 +1,9 @@
 """The message cycle (send -> claim -> conditional delete), two ways, under load.
 
-- raw: the cycle written directly in SQL with asyncpg on the same database:
-  the strongest baseline there is, no HTTP, no service.
+- raw: the cycle written directly in SQL with asyncpg on leaseq's own table:
+  no HTTP, no service, leaseq's schema.
+- minimal: the same in SQL on the minimal queue table (bench/minimal.py): the
+  database's floor for a queue with leases, and so what leaseq's schema costs.
 - rest: the same cycle through leaseq's REST API.
 - fifo: the REST cycle on a FIFO queue: each message in one of `groups`
   message groups (each client sends to the next groups in turn), with a
@@ -34,6 +36,7 @@ from typing import Any
 
 import asyncpg
 
+from bench import minimal
 from bench._harness import Http, percentile
 
 RAW_SEND = """
@@ -79,22 +82,31 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _raw_client(dsn: str, queue_id: int, batch: int, until: float, share: Share) -> None:
+# The statements of each SQL cycle: send, claim, delete.
+STATEMENTS = {
+    "raw": (RAW_SEND, RAW_CLAIM, RAW_DELETE),
+    "minimal": (minimal.SEND, minimal.CLAIM, minimal.DELETE),
+}
+
+
+async def _raw_client(dsn: str, queue_id: int, batch: int, until: float, share: Share,
+                      kind: str = "raw") -> None:
+    send, claim, delete = STATEMENTS[kind]
     conn = await asyncpg.connect(dsn)
     try:
         while time.monotonic() < until:
             bodies = [uuid.uuid4().hex for _ in range(batch)]
-            ids = await conn.fetch(RAW_SEND, queue_id, bodies)
+            ids = await conn.fetch(send, queue_id, bodies)
             share.sent.extend(str(r["id"]) for r in ids)
             start = time.perf_counter()
-            claimed = await conn.fetch(RAW_CLAIM, queue_id, batch)
+            claimed = await conn.fetch(claim, queue_id, batch)
             share.claim_seconds.append(time.perf_counter() - start)
             share.claimed.extend(str(r["id"]) for r in claimed)
             if not claimed:
                 continue
             start = time.perf_counter()
             deleted = await conn.fetch(
-                RAW_DELETE, [r["id"] for r in claimed], [r["claim_token"] for r in claimed]
+                delete, [r["id"] for r in claimed], [r["claim_token"] for r in claimed]
             )
             share.delete_seconds.append(time.perf_counter() - start)
             share.deleted.extend(str(r["id"]) for r in deleted)
@@ -291,8 +303,9 @@ def _generator(kind: str, target: Any, queue: Any, clients: int, batch: int,
 
     async def main() -> None:
         until = time.monotonic() + seconds
-        if kind == "raw":
-            runs = [_raw_client(target, queue, batch, until, share) for _ in range(clients)]
+        if kind in STATEMENTS:
+            runs = [_raw_client(target, queue, batch, until, share, kind)
+                    for _ in range(clients)]
         elif kind == "floor":
             runs = [_floor_client(target, until, share) for _ in range(clients)]
         elif kind == "sqs":
@@ -327,6 +340,7 @@ class Result:
     generator_cpu_percent: float
     service_cpu_percent: float | None = None
     database_cpu_percent: float | None = None
+    wal_bytes_per_message: float | None = None
     receives: int = 0
     empty_receives: int = 0  # counted by the rest and fifo clients
     groups: int | None = None  # the fifo cycle's message groups
@@ -337,19 +351,22 @@ class Result:
 
 def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds: float,
         processes: int, remaining: Any, service_cpu: Any = None, database_cpu: Any = None,
-        headers: dict[str, str] | None = None, groups: int | None = None) -> Result:
+        headers: dict[str, str] | None = None, groups: int | None = None,
+        wal_bytes: Any = None) -> Result:
     """Runs the cycle with `clients` spread over `processes` generator processes.
 
     `remaining()` returns the ids still in the queue afterwards (the cycle's
     last sends may be unclaimed: not lost); `service_cpu()` the service's CPU
     seconds so far, if there is a service, and `database_cpu()` PostgreSQL's;
     `headers` go with every REST request (an API key's Authorization);
-    `groups` is the fifo cycle's number of message groups.
+    `groups` is the fifo cycle's number of message groups; `wal_bytes()` the
+    WAL PostgreSQL has written so far.
     """
     processes = max(1, min(processes, clients))
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     cpu_before = service_cpu() if service_cpu else None
     database_before = database_cpu() if database_cpu else None
+    wal_before = wal_bytes() if wal_bytes else None
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
         futures = [pool.submit(_generator, kind, target, queue, n, batch, seconds, headers,
@@ -369,6 +386,9 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
     database_percent = None
     if database_cpu and database_before is not None:
         database_percent = 100 * (database_cpu() - database_before) / wall
+    wal_per_message = None
+    if wal_bytes and wal_before is not None:
+        wal_per_message = (wal_bytes() - wal_before) / max(len(set(deleted)), 1)
     return Result(
         kind=kind, clients=clients, batch=batch, seconds=seconds,
         messages_per_second=len(set(deleted)) / seconds,
@@ -378,6 +398,7 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
         generator_cpu_percent=100 * sum(s.cpu_seconds for s in shares) / wall,
         service_cpu_percent=service_percent,
         database_cpu_percent=database_percent,
+        wal_bytes_per_message=wal_per_message,
         receives=sum(len(s.claim_seconds) for s in shares),
         empty_receives=sum(s.empty_receives for s in shares),
         groups=groups,

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.db.embedded import EmbeddedPostgres
+from app.db.embedded import EmbeddedPostgres, remove
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.queue.models import OutgoingMessage
@@ -75,6 +75,7 @@ def main() -> None:
     finally:
         if embedded is not None:
             embedded.stop()
+            remove(embedded.data_dir)
 
 
 if __name__ == "__main__":

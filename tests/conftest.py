@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from support import TEST_SECRET, wait_until
 
 from app.config import Settings
-from app.db.embedded import EmbeddedPostgres
+from app.db.embedded import EmbeddedPostgres, remove
 from app.db.engine import plain_url
 from app.db.migrate import upgrade
 from app.main import create_app
@@ -84,7 +84,7 @@ def server_url() -> Iterator[str]:
         yield server.dsn()
     finally:
         server.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        remove(folder)
 
 
 async def _admin(url: str, *statements: str) -> None:

@@ -45,6 +45,11 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
                for line in lines)
     assert any(line.startswith("uvicorn floor: a bare ASGI app") for line in lines)
     assert any(line.startswith("  service CPU per message: single x1") for line in lines)
+    assert any(line.startswith("  PostgreSQL per message at 16 clients, lockstep")
+               for line in lines)
+    apart = next(i for i, line in enumerate(lines) if line.startswith("apart"))
+    assert [row.split(",")[0] for row in lines[apart + 1 : apart + 5]] == [
+        "minimal single", "leaseq single", "minimal batch 10", "leaseq batch 10"]
     fifo = next(i for i, line in enumerate(lines) if line.startswith("fifo cycle"))
     assert lines[fifo - 1].startswith("FIFO queues, batch 10, 16 clients")
     assert [row.split("  ")[0] for row in lines[fifo + 1 : fifo + 4]] == [
@@ -58,10 +63,22 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     report = json.loads(output.read_text())
     assert report["quick"] is True and len(report["cycle"]) == 4
     for row in report["cycle"]:
-        for side in ("raw", "rest"):
+        for side in ("minimal", "raw", "rest"):
             assert row[side]["messages_per_second"] > 0
             assert row[side]["lost"] == 0
+            assert row[side]["wal_bytes_per_message"] > 0
         assert row["ratio"] > 0
+    assert [(pair["backlog"], pair["batch"]) for pair in report["apart"]] == [
+        (1000, 1), (1000, 10)]
+    for pair in report["apart"]:
+        for side in ("minimal", "rest"):
+            row = pair[side]
+            assert row["messages_per_second"] > 0, row
+            assert row["lost"] == 0 and row["duplicated"] == 0, row
+            assert row["database_us_per_message"] > 0 and row["wal_bytes_per_message"] > 0
+            # The backlog stood: the producers kept it, the consumers never ran dry.
+            assert row["standing_after"] >= pair["backlog"] // 2, row
+        assert pair["rest"]["service_us_per_message"] > 0
         if row["rest"]["clients"] == 16:  # the workers' cycle, acknowledgements riding
             assert row["worker"]["messages_per_second"] > 0 and row["worker"]["lost"] == 0
             assert row["worker"]["duplicated"] == 0

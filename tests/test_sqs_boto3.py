@@ -284,7 +284,7 @@ async def test_unknown_and_missing(served: tuple[str, Any]) -> None:
             "Action": "SendMessage", "MessageBody": "hi"})
         assert response.status_code == 200, response.text
         assert "<MessageId>" in response.text
-        response = await http.get(f"/{ACCOUNT}/byurl", params={
+        response = await http.post(f"/{ACCOUNT}/byurl", data={
             "Action": "ReceiveMessage", "AttributeName": "All"})
         assert "<Body>hi</Body>" in response.text
         assert "<Name>SenderId</Name>" in response.text

