@@ -1,0 +1,159 @@
+"""Where PostgreSQL's time goes under a real queue's load: `python -m bench.statements`.
+
+Starts an embedded PostgreSQL of its own with `pg_stat_statements` loaded,
+`leaseq serve` on it (DATABASE_URL), and the apart load of bench/apart.py
+(producers and consumers apart, 1,000 messages standing), single messages and
+batches of 10. For each it prints, per message deleted: every statement's calls,
+execution time, rows, WAL bytes and buffers; the rows inserted, updated (and
+how many of those were HOT), deleted and left dead in each table; and the
+PostgreSQL CPU and WAL in all. docs/performance.md reads its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psutil
+
+from app.db.embedded import EmbeddedPostgres, remove
+from bench import apart
+from bench._harness import call, fetch_ids, find_queue_id, running_service, wal_counter
+
+_STATEMENTS = """
+SELECT queryid, calls, total_exec_time, rows, wal_bytes, shared_blks_hit + shared_blks_read
+       AS blocks, query
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+_TABLES = """
+SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup
+FROM pg_stat_user_tables
+"""
+
+
+def _postgres_cpu(server: EmbeddedPostgres) -> float:
+    """CPU seconds of the server's processes (and those it reaped) so far."""
+    pid = server.postmaster_pid()
+    if pid is None:
+        return 0.0
+    postmaster = psutil.Process(pid)
+    times = postmaster.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in postmaster.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child_times = child.cpu_times()
+            total += child_times.user + child_times.system
+    return float(total)
+
+
+async def _rows(url: str, sql: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return list(await conn.fetch(sql))
+    finally:
+        await conn.close()
+
+
+async def _execute(url: str, *sql: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in sql:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def _one_line(query: str, width: int = 90) -> str:
+    text = " ".join(query.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def measure(url: str, server: EmbeddedPostgres, port: int, batch: int, seconds: float,
+            backlog: int) -> dict[str, Any]:
+    name = f"where-{batch}"
+    call(port, "POST", "/v1/queues", {"name": name})
+    queue_id = find_queue_id(url, name)
+    prefilled = apart.prefill_rest(port, name, backlog)
+    asyncio.run(_execute(url, "VACUUM (ANALYZE) messages", "CHECKPOINT",
+                         "SELECT pg_stat_statements_reset()"))
+    tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
+    row = apart.run("rest", port, name, producers=8, consumers=8, batch=batch,
+                    backlog=backlog, seconds=seconds, processes=2, prefilled=prefilled,
+                    remaining=lambda: fetch_ids(
+                        url, "SELECT message_id::text FROM messages WHERE queue_id = $1",
+                        queue_id),
+                    database_cpu=lambda: _postgres_cpu(server), wal_bytes=wal_counter(url))
+    statements = asyncio.run(_rows(url, _STATEMENTS))
+    tables_after = asyncio.run(_rows(url, _TABLES))
+    fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+    count = max(row["messages_per_second"] * seconds, 1)
+    tables = []
+    for after in tables_after:
+        before = tables_before.get(after["relname"])
+        changes = {key: after[key] - (before[key] if before else 0)
+                   for key in ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del")}
+        if any(changes.values()):
+            tables.append({"table": after["relname"], "dead_now": after["n_dead_tup"],
+                           **{key: value / count for key, value in changes.items()}})
+    return {
+        "batch": batch, "messages": count, "row": row,
+        "statements": sorted(
+            ({"calls": r["calls"] / count, "ms": r["total_exec_time"] / count,
+              "rows": r["rows"] / count, "wal": float(r["wal_bytes"]) / count,
+              "blocks": r["blocks"] / count, "query": r["query"]} for r in statements),
+            key=lambda s: -s["ms"]),
+        "tables": tables,
+    }
+
+
+def report(result: dict[str, Any]) -> None:
+    row = result["row"]
+    print(f"\n{'single' if result['batch'] == 1 else 'batch 10'}: "
+          f"{row['messages_per_second']:.0f} msg/s, PostgreSQL "
+          f"{row['database_us_per_message']:.0f} us CPU and "
+          f"{row['wal_bytes_per_message']:.0f} B of WAL per message, lost {row['lost']}")
+    print(f"  {'calls':>6}{'exec us':>9}{'rows':>7}{'WAL B':>8}{'blocks':>8}  statement "
+          "(per message deleted)")
+    for s in result["statements"]:
+        if s["calls"] < 0.001:
+            continue
+        print(f"  {s['calls']:>6.2f}{s['ms'] * 1000:>9.1f}{s['rows']:>7.2f}{s['wal']:>8.0f}"
+              f"{s['blocks']:>8.1f}  {_one_line(s['query'])}")
+    print(f"  {'table':<28}{'ins':>6}{'upd':>6}{'hot':>6}{'del':>6}{'dead now':>10}")
+    for t in result["tables"]:
+        print(f"  {t['table']:<28}{t['n_tup_ins']:>6.2f}{t['n_tup_upd']:>6.2f}"
+              f"{t['n_tup_hot_upd']:>6.2f}{t['n_tup_del']:>6.2f}{t['dead_now']:>10}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--backlog", type=int, default=1000)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="leaseq-statements-"))
+    server = EmbeddedPostgres(folder, database="leaseq")
+    url = server.start()
+    try:
+        asyncio.run(_execute(
+            url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
+            "ALTER SYSTEM SET pg_stat_statements.track_utility = on"))
+        server.stop()
+        url = server.start()
+        asyncio.run(_execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        with running_service(env={"DATABASE_URL": url}) as service:
+            for batch in (1, 10):
+                report(measure(url, server, service.port, batch, args.seconds,
+                               args.backlog))
+    finally:
+        server.stop()
+        remove(folder)
+
+
+if __name__ == "__main__":
+    main()
