@@ -3,10 +3,11 @@
 Starts an embedded PostgreSQL of its own with `pg_stat_statements` loaded,
 `leaseq serve` on it (DATABASE_URL), and the apart load of bench/apart.py
 (producers and consumers apart, 1,000 messages standing), single messages and
-batches of 10. For each it prints, per message deleted: every statement's calls,
-execution time, rows, WAL bytes and buffers; the rows inserted, updated (and
-how many of those were HOT), deleted and left dead in each table; and the
-PostgreSQL CPU and WAL in all. docs/performance.md reads its output.
+batches of 10, and the same load on the minimal table (bench/minimal.py). For
+each it prints, per message deleted: every statement's calls, execution time,
+rows, WAL bytes and buffers; the rows inserted, updated (and how many of those
+were HOT), deleted and left dead in each table; and the PostgreSQL CPU and WAL
+in all. docs/performance.md reads its output.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import asyncpg
 import psutil
 
 from app.db.embedded import EmbeddedPostgres, remove
-from bench import apart
+from bench import apart, minimal
 from bench._harness import call, fetch_ids, find_queue_id, running_service, wal_counter
 
 _STATEMENTS = """
-SELECT queryid, calls, total_exec_time, rows, wal_bytes, shared_blks_hit + shared_blks_read
-       AS blocks, query
+SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
+       shared_blks_hit + shared_blks_read AS blocks, query
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
@@ -52,6 +53,34 @@ def _postgres_cpu(server: EmbeddedPostgres) -> float:
     return float(total)
 
 
+_ROLES = """
+SELECT pid, CASE WHEN backend_type <> 'client backend' THEN backend_type
+                 WHEN query ILIKE 'LISTEN%' THEN 'listener (LISTEN)'
+                 WHEN application_name <> '' THEN application_name
+                 ELSE 'client backend' END AS role
+FROM pg_stat_activity
+"""
+
+
+def _cpu_by_role(server: EmbeddedPostgres, url: str) -> dict[str, float]:
+    """CPU seconds so far of the server's processes by what they do; the
+    processes that ended (autovacuum workers, closed connections) together."""
+    roles = {r["pid"]: r["role"] for r in asyncio.run(_rows(url, _ROLES))}
+    pid = server.postmaster_pid()
+    assert pid is not None
+    postmaster = psutil.Process(pid)
+    times = postmaster.cpu_times()
+    found = {"postmaster": times.user + times.system,
+             "ended (autovacuum workers, closed connections)":
+                 times.children_user + times.children_system}
+    for child in postmaster.children():
+        with contextlib.suppress(psutil.Error):
+            child_times = child.cpu_times()
+            role = roles.get(child.pid, "other")
+            found[role] = found.get(role, 0.0) + child_times.user + child_times.system
+    return found
+
+
 async def _rows(url: str, sql: str) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(url)
     try:
@@ -74,24 +103,38 @@ def _one_line(query: str, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def measure(url: str, server: EmbeddedPostgres, port: int, batch: int, seconds: float,
-            backlog: int) -> dict[str, Any]:
-    name = f"where-{batch}"
-    call(port, "POST", "/v1/queues", {"name": name})
-    queue_id = find_queue_id(url, name)
-    prefilled = apart.prefill_rest(port, name, backlog)
-    asyncio.run(_execute(url, "VACUUM (ANALYZE) messages", "CHECKPOINT",
+def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int,
+            seconds: float, backlog: int) -> dict[str, Any]:
+    """One row of the apart load: leaseq's REST API (`rest`) or the minimal
+    table in SQL (`minimal`)."""
+    if kind == "rest":
+        name: Any = f"where-{batch}"
+        call(port, "POST", "/v1/queues", {"name": name})
+        queue_id = find_queue_id(url, name)
+        prefilled = apart.prefill_rest(port, name, backlog)
+        target: Any = port
+        table, remaining = "messages", (
+            "SELECT message_id::text FROM messages WHERE queue_id = $1")
+    else:
+        asyncio.run(minimal.create(url))
+        name = queue_id = 1
+        prefilled = apart.prefill_minimal(url, queue_id, backlog)
+        target, table, remaining = url, minimal.TABLE, minimal.REMAINING
+    asyncio.run(_execute(url, f"VACUUM (ANALYZE) {table}", "CHECKPOINT",
                          "SELECT pg_stat_statements_reset()"))
     tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
-    row = apart.run("rest", port, name, producers=8, consumers=8, batch=batch,
+    roles_before = _cpu_by_role(server, url)
+    row = apart.run(kind, target, name, producers=8, consumers=8, batch=batch,
                     backlog=backlog, seconds=seconds, processes=2, prefilled=prefilled,
-                    remaining=lambda: fetch_ids(
-                        url, "SELECT message_id::text FROM messages WHERE queue_id = $1",
-                        queue_id),
+                    remaining=lambda: fetch_ids(url, remaining, queue_id),
                     database_cpu=lambda: _postgres_cpu(server), wal_bytes=wal_counter(url))
+    roles_after = _cpu_by_role(server, url)
     statements = asyncio.run(_rows(url, _STATEMENTS))
     tables_after = asyncio.run(_rows(url, _TABLES))
-    fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+    if kind == "rest":
+        fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+    else:
+        asyncio.run(minimal.drop(url))
     count = max(row["messages_per_second"] * seconds, 1)
     tables = []
     for after in tables_after:
@@ -102,29 +145,35 @@ def measure(url: str, server: EmbeddedPostgres, port: int, batch: int, seconds: 
             tables.append({"table": after["relname"], "dead_now": after["n_dead_tup"],
                            **{key: value / count for key, value in changes.items()}})
     return {
-        "batch": batch, "messages": count, "row": row,
+        "kind": kind, "batch": batch, "messages": count, "row": row,
         "statements": sorted(
             ({"calls": r["calls"] / count, "ms": r["total_exec_time"] / count,
+              "plan_ms": r["total_plan_time"] / count,
               "rows": r["rows"] / count, "wal": float(r["wal_bytes"]) / count,
               "blocks": r["blocks"] / count, "query": r["query"]} for r in statements),
             key=lambda s: -s["ms"]),
         "tables": tables,
+        "roles": sorted(((role, 1e6 * (spent - roles_before.get(role, 0.0)) / count)
+                         for role, spent in roles_after.items()), key=lambda r: -r[1]),
     }
 
 
 def report(result: dict[str, Any]) -> None:
     row = result["row"]
-    print(f"\n{'single' if result['batch'] == 1 else 'batch 10'}: "
+    print(f"\n{'leaseq' if result['kind'] == 'rest' else 'minimal table'}, "
+          f"{'single' if result['batch'] == 1 else 'batch 10'}: "
           f"{row['messages_per_second']:.0f} msg/s, PostgreSQL "
           f"{row['database_us_per_message']:.0f} us CPU and "
           f"{row['wal_bytes_per_message']:.0f} B of WAL per message, lost {row['lost']}")
-    print(f"  {'calls':>6}{'exec us':>9}{'rows':>7}{'WAL B':>8}{'blocks':>8}  statement "
-          "(per message deleted)")
+    print(f"  {'calls':>6}{'plan us':>9}{'exec us':>9}{'rows':>7}{'WAL B':>8}{'blocks':>8}"
+          "  statement (per message deleted)")
     for s in result["statements"]:
         if s["calls"] < 0.001:
             continue
-        print(f"  {s['calls']:>6.2f}{s['ms'] * 1000:>9.1f}{s['rows']:>7.2f}{s['wal']:>8.0f}"
-              f"{s['blocks']:>8.1f}  {_one_line(s['query'])}")
+        print(f"  {s['calls']:>6.2f}{s['plan_ms'] * 1000:>9.1f}{s['ms'] * 1000:>9.1f}"
+              f"{s['rows']:>7.2f}{s['wal']:>8.0f}{s['blocks']:>8.1f}  {_one_line(s['query'])}")
+    print("  PostgreSQL CPU per message by process: " + ", ".join(
+        f"{role} {us:.0f} us" for role, us in result["roles"] if us >= 1))
     print(f"  {'table':<28}{'ins':>6}{'upd':>6}{'hot':>6}{'del':>6}{'dead now':>10}")
     for t in result["tables"]:
         print(f"  {t['table']:<28}{t['n_tup_ins']:>6.2f}{t['n_tup_upd']:>6.2f}"
@@ -135,6 +184,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--backlog", type=int, default=1000)
+    parser.add_argument("--kinds", nargs="+", default=["minimal", "rest"],
+                        choices=["minimal", "rest"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="leaseq-statements-"))
     server = EmbeddedPostgres(folder, database="leaseq")
@@ -142,14 +193,16 @@ def main() -> None:
     try:
         asyncio.run(_execute(
             url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
-            "ALTER SYSTEM SET pg_stat_statements.track_utility = on"))
+            "ALTER SYSTEM SET pg_stat_statements.track_utility = on",
+            "ALTER SYSTEM SET pg_stat_statements.track_planning = on"))
         server.stop()
         url = server.start()
         asyncio.run(_execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         with running_service(env={"DATABASE_URL": url}) as service:
             for batch in (1, 10):
-                report(measure(url, server, service.port, batch, args.seconds,
-                               args.backlog))
+                for kind in args.kinds:
+                    report(measure(kind, url, server, service.port, batch, args.seconds,
+                                   args.backlog))
     finally:
         server.stop()
         remove(folder)

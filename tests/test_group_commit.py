@@ -307,3 +307,59 @@ async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
     assert row["receive_count"] == 0 and row["first_received_at"] is None
     (message,) = await receive(client, "abandoned")
     assert message["body"] == "lonely" and message["receive_count"] == 1
+
+
+# -- the lean claim -----------------------------------------------------------------
+
+
+def test_a_plain_claim_takes_the_lean_statement_and_the_rest_the_full_one() -> None:
+    from datetime import UTC, datetime
+
+    from app.queue.grouped import Handle, Take, _claim_query
+    from app.queue.models import Queue, QueueAttributes
+    from app.queue.sql import Q
+
+    def queue(**attributes: Any) -> Queue:
+        now = datetime.now(UTC)
+        return Queue(1, "q", QueueAttributes(30, 345600, 0, 0, 262144, **attributes), now, now)
+
+    plain, redriven = queue(), queue(dead_letter_queue="dlq", max_receive_count=3)
+    assert _claim_query((plain, 30), [Take(1), Take(10)]) is Q.claim_ready_messages
+    assert _claim_query((plain, 30), [Take(1), Take(1, (Handle(7, None),))]) is (  # type: ignore[arg-type]
+        Q.claim_messages)
+    assert _claim_query((redriven, 30), [Take(1)]) is Q.claim_messages
+
+
+async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """claim_ready_messages is claim_messages without acknowledgements and dead
+    letters: the same row written, the same columns returned (a column added to
+    one and not the other fails here), a lapsed lease seen by both."""
+    from app.queue.sql import Q
+
+    rows = {}
+    for name, query in (("lean", Q.claim_ready_messages), ("full", Q.claim_messages)):
+        queue = await make_queue(client, f"claim-{name}")
+        await send(client, queue)
+        queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
+        params = {"queue_id": queue_id, "visibility_timeout": 0, "retention": 345600,
+                  "max": 10, "dead_letter_queue_id": None, "max_receive_count": None,
+                  "ack_ids": [], "ack_tokens": []}
+        args = [params[p] for p in query.params]
+        first = [r for r in await db.fetch(query.sql, *args) if r["id"] is not None]
+        again = [r for r in await db.fetch(query.sql, *args) if r["id"] is not None]
+        stored = await db.fetchrow(
+            "SELECT receive_count, leased, claim_token IS NOT NULL AS claimed,"
+            " fencing_token IS NOT NULL AS fenced, first_received_at IS NOT NULL AS first,"
+            " claimed_at IS NOT NULL AS at FROM messages WHERE queue_id = $1", queue_id)
+        rows[name] = (first, again, dict(stored))
+    lean, full = rows["lean"], rows["full"]
+    claimed_columns = set(full[0][0].keys()) - {"dead", "acked", "acked_held"}
+    assert set(lean[0][0].keys()) == claimed_columns
+    for (first, again, stored) in (lean, full):
+        assert [r["lapsed"] for r in first] == [False]  # never received before
+        assert [r["lapsed"] for r in again] == [True]   # its 0-second lease lapsed
+        assert [r["receive_count"] for r in again] == [2]
+        assert stored == {"receive_count": 2, "leased": True, "claimed": True, "fenced": True,
+                          "first": True, "at": True}

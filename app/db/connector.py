@@ -32,6 +32,8 @@ class Row(Protocol):
 
     def __getitem__(self, key: str | int, /) -> Any: ...
 
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
 _NO_PARAMS: Mapping[str, Any] = {}
 
 CONNECTION_ERRORS = (

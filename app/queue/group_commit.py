@@ -51,6 +51,16 @@ class Grouped(Generic[K, T, R]):
     (None: nothing to give back)."""
     budgeted: bool = False
     """Runs within GroupCommit's connection budget."""
+    variant: Callable[[K, list[T]], Query] | None = None
+    """The statement for these items when a cheaper one of the kind serves them
+    (its rows shared out the same way, on the same kind of connection)."""
+
+    def query_for(self, key: K, flat: list[T]) -> Query:
+        if self.variant is None:
+            return self.query
+        chosen = self.variant(key, flat)
+        assert chosen.cached_plan == self.query.cached_plan, chosen.name
+        return chosen
 
 
 class GroupCommit:
@@ -124,7 +134,7 @@ async def run_in(
     """The statement (and its follow-up) for `groups` in `session`: what a group
     runs, and what a caller holding a connection of its own runs for itself."""
     flat = [item for group in groups for item in group]
-    rows = await session.fetch(grouped.query, grouped.params(key, flat))
+    rows = await session.fetch(grouped.query_for(key, flat), grouped.params(key, flat))
     after = None if grouped.then is None else grouped.then(key, rows)
     if after is not None:
         await session.fetch(*after)

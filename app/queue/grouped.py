@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from app.db.connector import Row
+from app.db.queries import Query
 from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
 from app.queue.sql import Q
@@ -167,9 +168,16 @@ SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
 """Durable on return: the INSERT carrying them has committed."""
 
 
+def _dead(rows: list[Row]) -> int:
+    """Messages a claim moved to the dead-letter queue (claim_ready_messages
+    moves none, and says nothing)."""
+    return int(rows[0].get("dead", 0)) if rows else 0
+
+
 def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
-    dead = int(rows[0]["dead"])
-    acked = dict(zip(rows[0]["acked"], rows[0]["acked_held"], strict=True))
+    dead = _dead(rows)
+    acked = dict(zip(rows[0].get("acked", ()), rows[0].get("acked_held", ()), strict=True)
+                 ) if rows else {}
     # First come, first served, in the claim's (fencing token) order.
     claimed = sorted((row for row in rows if row["id"] is not None),
                      key=lambda row: row["fencing_token"])
@@ -194,6 +202,14 @@ def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
     }
 
 
+def _claim_query(key: ClaimKey, takes: list[Take]) -> Query:
+    """claim_ready_messages when nothing rides on the claim and nothing can die."""
+    queue = key[0]
+    if queue.attributes.max_receive_count is None and not any(take.acks for take in takes):
+        return Q.claim_ready_messages
+    return Q.claim_messages
+
+
 CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     name="claim",
     query=Q.claim_messages,
@@ -202,8 +218,9 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     limit=GROUP_ITEMS,
     weigh=lambda takes: sum(take.wanted + len(take.acks) for take in takes),
     rows=lambda take: (ack.row for ack in take.acks),
-    then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
+    then=lambda key, rows: dead_letter_notice(key[0], _dead(rows)),
     undo=lambda key, share: give_back(key[0], share.rows),
+    variant=_claim_query,
 )
 
 

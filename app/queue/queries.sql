@@ -292,6 +292,39 @@ SELECT (SELECT count(*) FROM dead) AS dead,
 FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
 
+-- name: claim_ready_messages
+-- claim_messages for the common case, in a statement a third as costly to
+-- plan (planned on every execution, as the claim must be): no
+-- acknowledgements ride on it and the queue has no redrive policy, so
+-- nothing is deleted or moved to a dead-letter queue. A row per claimed
+-- message, none when nothing was claimed.
+WITH candidates AS (
+    SELECT c.id, c.leased AS lapsed
+    FROM messages AS c
+    WHERE c.queue_id = :queue_id
+      AND c.visible_at <= statement_timestamp()
+      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+    ORDER BY c.visible_at
+    LIMIT :max
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE messages AS m
+SET visible_at        = statement_timestamp()
+                        + CAST(:visibility_timeout AS integer) * interval '1 second',
+    claim_token       = gen_random_uuid(),
+    fencing_token     = nextval('fencing_tokens'),
+    receive_count     = m.receive_count + 1,
+    leased            = true,
+    first_received_at = coalesce(m.first_received_at, statement_timestamp()),
+    claimed_at        = statement_timestamp()
+FROM candidates AS c
+WHERE m.id = c.id
+RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+          CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
+          m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
+          m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
+          CAST(m.checkpoint AS text) AS checkpoint, c.lapsed;
+
 -- name: queue_outlook
 -- For waiting receivers, after a claim: whether more messages are claimable
 -- now, and the seconds (by the database clock) until the next one becomes
