@@ -168,34 +168,36 @@ class Receive:
             self._gone.watch()
 
     async def _look(self) -> tuple[list[ReceivedMessage], Outlook | None]:
-        """Claims in a connection of its own; a receive that may wait also reads
-        what lies ahead (None: it may not wait, and this claim is its answer)."""
+        """Claims with whoever else claims from the queue now (one statement for
+        all: group commit); a receive that may wait also reads what lies ahead
+        (None: it may not wait, and this claim is its answer)."""
         if self._queue is not None and self._seat is None:
             # A long poll of a known queue: admitted or refused before it
             # takes a connection.
             self._seat = self._hub.take_seat(self._queue.id)
-        async with self._db.session() as session:
-            if self._queue is None:
+        if self._queue is None:
+            async with self._db.session() as session:
                 self._queue = await self._queues.lookup(session, self._name)
-                if self._deadline == 0.0:  # the first look; later ones keep it
-                    self._settle(self._queue)
-            queue = self._queue
-            if self._may_wait():
-                # In line before looking: a send committed after the look
-                # still reaches this receiver.
-                self._park(queue)
-            if self._waiter is None:
-                claimed = await self._claim(queue, self._visibility_timeout, self._max, session)
-                return claimed, None
-            generation = self._hub.generation(queue.id)
-            with self._hub.looking(self._waiter):
-                received = await self._claim(queue, self._visibility_timeout, self._max, session)
-                # What lies ahead matters to whoever waits: this receiver when it
-                # found less than it asked for, the others when it took a full
-                # batch (none: MAYBE_MORE).
-                if len(received) == self._max and self._hub.parked(queue.id) == 0:
-                    ahead = MAYBE_MORE
-                else:
+            if self._deadline == 0.0:  # the first look; later ones keep it
+                self._settle(self._queue)
+        queue = self._queue
+        if self._may_wait():
+            # In line before looking: a send committed after the look
+            # still reaches this receiver.
+            self._park(queue)
+        if self._waiter is None:
+            claimed = await self._claim(queue, self._visibility_timeout, self._max, None)
+            return claimed, None
+        generation = self._hub.generation(queue.id)
+        with self._hub.looking(self._waiter):
+            received = await self._claim(queue, self._visibility_timeout, self._max, None)
+            # What lies ahead matters to whoever waits: this receiver when it
+            # found less than it asked for, the others when it took a full
+            # batch (none: MAYBE_MORE).
+            if len(received) == self._max and self._hub.parked(queue.id) == 0:
+                ahead = MAYBE_MORE
+            else:
+                async with self._db.session() as session:
                     ahead = await outlook(session, queue)
         if not received and not ahead.more_now:
             self._hub.mark_quiet(queue.id, generation, ahead.due_in)
