@@ -417,6 +417,19 @@ def print_database(cycle_rows: list[dict[str, Any]]) -> None:
                      f"{_database_us(row[kind]) / max(_database_us(row['raw']), 1e-9):.2f} x raw)")
                   for kind in ("minimal", "raw", "rest", "worker", "sqs") if kind in row)
               for row in cycle_rows if row["rest"]["clients"] == 16))
+    print("  per database core at 16 clients, lockstep (msg/s per core of PostgreSQL, service "
+          "cores per database core): " + "; ".join(
+              f"{'single' if row['rest']['batch'] == 1 else 'batch 10'} " + ", ".join(
+                  f"{kind} {_per_core(row[kind])}"
+                  for kind in ("minimal", "raw", "rest", "worker", "sqs") if kind in row)
+              for row in cycle_rows if row["rest"]["clients"] == 16))
+
+
+def _per_core(result: dict[str, Any]) -> str:
+    database = float(result.get("database_cpu_percent") or 0.0) / 100
+    service = float(result.get("service_cpu_percent") or 0.0) / 100
+    rate = float(result["messages_per_second"]) / max(database, 1e-9)
+    return f"{rate:.0f}" + (f" ({service / max(database, 1e-9):.2f})" if service > 0.01 else "")
 
 
 def _database_us(result: dict[str, Any]) -> float:

@@ -47,6 +47,7 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert any(line.startswith("  service CPU per message: single x1") for line in lines)
     assert any(line.startswith("  PostgreSQL per message at 16 clients, lockstep")
                for line in lines)
+    assert any(line.startswith("  per database core at 16 clients, lockstep") for line in lines)
     apart = next(i for i, line in enumerate(lines) if line.startswith("apart"))
     assert [row.split(",")[0] for row in lines[apart + 1 : apart + 5]] == [
         "minimal single", "leaseq single", "minimal batch 10", "leaseq batch 10"]
