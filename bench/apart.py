@@ -20,25 +20,15 @@ import asyncio
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
 from bench import minimal
 from bench._harness import Http, percentile
+from bench.cycle import Share, acknowledge
 
 _WAIT = 1  # seconds a consumer's long poll waits (REST)
-
-
-@dataclass
-class Share:
-    sent: list[str] = field(default_factory=list)
-    claimed: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    receive_seconds: list[float] = field(default_factory=list)
-    empty_receives: int = 0
-    cpu_seconds: float = 0.0
 
 
 class _Level:
@@ -96,22 +86,13 @@ async def _rest_consumer(port: int, queue: str, batch: int, until: float, level:
             start = time.perf_counter()
             _, got = await http.request(
                 "GET", f"{base}/receive?max={batch}&wait={_WAIT}&visibility_timeout=600")
-            share.receive_seconds.append(time.perf_counter() - start)
+            share.claim_seconds.append(time.perf_counter() - start)
             messages = got["messages"]
             share.claimed.extend(m["message_id"] for m in messages)
             if not messages:
                 share.empty_receives += 1
                 continue
-            if batch == 1:
-                (message,) = messages
-                status, _ = await http.request(
-                    "DELETE", f"{base}/messages/{message['receipt_handle']}")
-                done = [message["message_id"]] if status == 204 else []
-            else:
-                _, result = await http.request("POST", f"{base}/messages/delete", {
-                    "receipt_handles": [m["receipt_handle"] for m in messages]})
-                done = [m["message_id"]
-                        for m, r in zip(messages, result["results"], strict=True) if r["ok"]]
+            done = await acknowledge(http, base, messages, batch)
             share.deleted.extend(done)
             await level.consumed(len(done))
     finally:
@@ -139,7 +120,7 @@ async def _sql_consumer(dsn: str, queue: int, batch: int, until: float, level: _
         while time.monotonic() < until:
             start = time.perf_counter()
             claimed = await conn.fetch(minimal.CLAIM, queue, batch)
-            share.receive_seconds.append(time.perf_counter() - start)
+            share.claim_seconds.append(time.perf_counter() - start)
             share.claimed.extend(str(r["id"]) for r in claimed)
             if not claimed:
                 share.empty_receives += 1
@@ -213,9 +194,9 @@ def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, b
         "lost": len(sent - set(deleted) - left),
         "duplicated": len(claimed) - len(set(claimed)),
         "standing_after": len(left),
-        "receive_p99_ms": percentile([t for s in shares for t in s.receive_seconds], 99) * 1000,
+        "receive_p99_ms": percentile([t for s in shares for t in s.claim_seconds], 99) * 1000,
         "empty_receives": sum(s.empty_receives for s in shares),
-        "receives": sum(len(s.receive_seconds) for s in shares),
+        "receives": sum(len(s.claim_seconds) for s in shares),
         "service_us_per_message": None if service_seconds is None
         else 1e6 * service_seconds / count,
         "database_us_per_message": None if database_seconds is None

@@ -135,6 +135,20 @@ class _Groups:
         return [self.entry() for _ in range(batch)]
 
 
+async def acknowledge(http: Http, base: str, messages: list[dict[str, Any]],
+                      batch: int) -> list[str]:
+    """Deletes received messages as the clients of `batch` do (one DELETE when
+    they receive one message at a time, the batch endpoint otherwise); the ids
+    of those deleted."""
+    if batch == 1:
+        (message,) = messages
+        status, _ = await http.request("DELETE", f"{base}/messages/{message['receipt_handle']}")
+        return [message["message_id"]] if status == 204 else []
+    _, result = await http.request("POST", f"{base}/messages/delete", {
+        "receipt_handles": [m["receipt_handle"] for m in messages]})
+    return [m["message_id"] for m, r in zip(messages, result["results"], strict=True) if r["ok"]]
+
+
 async def _rest_client(port: int, queue: str, batch: int, until: float, share: Share,
                        headers: dict[str, str] | None = None,
                        groups: int | None = None) -> None:
@@ -162,22 +176,7 @@ async def _rest_client(port: int, queue: str, batch: int, until: float, share: S
                 share.empty_receives += 1
                 continue
             start = time.perf_counter()
-            if batch == 1:
-                (message,) = messages
-                status, _ = await http.request(
-                    "DELETE", f"{base}/messages/{message['receipt_handle']}"
-                )
-                if status == 204:
-                    share.deleted.append(message["message_id"])
-            else:
-                _, result = await http.request(
-                    "POST", f"{base}/messages/delete",
-                    {"receipt_handles": [m["receipt_handle"] for m in messages]},
-                )
-                share.deleted.extend(
-                    m["message_id"] for m, r in zip(messages, result["results"], strict=True)
-                    if r["ok"]
-                )
+            share.deleted.extend(await acknowledge(http, base, messages, batch))
             share.delete_seconds.append(time.perf_counter() - start)
     finally:
         http.close()

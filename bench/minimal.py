@@ -55,26 +55,22 @@ RETURNING id
 REMAINING = f"SELECT id::text FROM {TABLE} WHERE queue = $1"
 
 
-async def create(url: str) -> None:
+async def _execute(url: str, statement: str) -> None:
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(SCHEMA)
+        await conn.execute(statement)
     finally:
         await conn.close()
+
+
+async def create(url: str) -> None:
+    await _execute(url, SCHEMA)
 
 
 async def reset(url: str) -> None:
     """Empties the table without leaving dead rows for the next measurement."""
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(f"TRUNCATE {TABLE}")
-    finally:
-        await conn.close()
+    await _execute(url, f"TRUNCATE {TABLE}")
 
 
 async def drop(url: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
-    finally:
-        await conn.close()
+    await _execute(url, f"DROP TABLE IF EXISTS {TABLE}")
