@@ -156,6 +156,13 @@ async def swept_by(fleet: Fleet, db: asyncpg.Connection, holder: Service, queue:
         return bool(left == 0)
 
     await eventually(gone, 15)
+
+    # The sweeper logs once its DELETE has committed: the rows can be gone a moment
+    # before the line is in the log.
+    async def logged() -> bool:
+        return any(s.full_log().count("past retention") > before[s.port] for s in fleet.replicas)
+
+    await eventually(logged, 15)
     after = {s.port: s.full_log().count("past retention") for s in fleet.replicas}
     swept = {port for port in after if after[port] > before[port]}
     assert swept == {holder.port}, {s.port: s.log(20) for s in fleet.replicas}
