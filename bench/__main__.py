@@ -41,7 +41,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import psutil
 
 from bench import apart, cycle, heartbeat_capacity, minimal
@@ -54,6 +53,7 @@ from bench._harness import (
     free_port,
     percentile,
     running_service,
+    settle,
     wait_settled,
     wal_counter,
 )
@@ -135,21 +135,6 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
     return rows
 
 
-def _settle(url: str, table: str) -> None:
-    """Before a row: the table vacuumed and analysed, and a checkpoint, so that
-    every row starts at the same point of the checkpoint cycle (the first change
-    of a page after one writes the whole page to the WAL)."""
-    async def go() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(f"VACUUM (ANALYZE) {table}")
-            await conn.execute("CHECKPOINT")
-        finally:
-            await conn.close()
-
-    asyncio.run(go())
-
-
 _MINIMAL_QUEUE = 1  # the minimal table's queue column in the apart rows
 
 
@@ -167,7 +152,7 @@ def apart_rows(service: Service, url: str, *, seconds: float, backlogs: list[int
             pair: dict[str, Any] = {"backlog": backlog, "batch": batch}
             asyncio.run(minimal.reset(url))
             prefilled = apart.prefill_minimal(url, _MINIMAL_QUEUE, backlog)
-            _settle(url, minimal.TABLE)
+            settle(url, minimal.TABLE)
             pair["minimal"] = apart.run(
                 "minimal", url, _MINIMAL_QUEUE, producers=producers, consumers=consumers,
                 batch=batch, backlog=backlog, seconds=seconds, processes=processes,
@@ -179,7 +164,7 @@ def apart_rows(service: Service, url: str, *, seconds: float, backlogs: list[int
             call(service.port, "POST", "/v1/queues", {"name": name})
             rest_id = find_queue_id(url, name)
             prefilled = apart.prefill_rest(service.port, name, backlog)
-            _settle(url, "messages")
+            settle(url, "messages")
             pair["rest"] = apart.run(
                 "rest", service.port, name, producers=producers, consumers=consumers,
                 batch=batch, backlog=backlog, seconds=seconds, processes=processes,

@@ -80,16 +80,7 @@ class Service:
         pgdata = str((self.data_dir / "pgdata").resolve())
         embedded = [p for p in postmasters
                     if any(pgdata in part for part in p.info["cmdline"] or [])]
-        total = 0.0
-        for postmaster in embedded or postmasters:
-            with contextlib.suppress(psutil.Error):
-                times = postmaster.cpu_times()
-                total += times.user + times.system + times.children_user + times.children_system
-                for child in postmaster.children(recursive=True):
-                    with contextlib.suppress(psutil.Error):
-                        times = child.cpu_times()
-                        total += times.user + times.system
-        return total
+        return sum(postmaster_cpu_seconds(postmaster) for postmaster in embedded or postmasters)
 
     def rss_bytes(self, *, peak: bool = False) -> int:
         """Resident memory of the service's processes, summed: now, or the most
@@ -104,6 +95,21 @@ class Service:
                     if line.startswith("VmHWM:"):
                         total += int(line.split()[1]) * 1024
         return total
+
+
+def postmaster_cpu_seconds(postmaster: psutil.Process) -> float:
+    """CPU seconds of a PostgreSQL server so far: its postmaster's own, its live
+    processes', and those of the processes it has reaped (a client connection's
+    backend ends with it, an autovacuum worker with its round)."""
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        times = postmaster.cpu_times()
+        total += times.user + times.system + times.children_user + times.children_system
+        for child in postmaster.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                times = child.cpu_times()
+                total += times.user + times.system
+    return total
 
 
 @contextlib.contextmanager
@@ -236,6 +242,24 @@ def fetch_ids(url: str, sql: str, *args: Any) -> set[str]:
             await conn.close()
 
     return asyncio.run(fetch())
+
+
+async def execute(url: str, *statements: str) -> None:
+    """Statements in turn, each its own transaction (VACUUM may run in none),
+    over a connection of its own."""
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def settle(url: str, table: str, *more: str) -> None:
+    """Before a row: the table vacuumed and analysed, and a checkpoint, so that
+    every row starts at the same point of the checkpoint cycle (the first change
+    of a page after one writes the whole page to the WAL); then `more`."""
+    asyncio.run(execute(url, f"VACUUM (ANALYZE) {table}", "CHECKPOINT", *more))
 
 
 def wal_counter(url: str) -> Any:

@@ -10,7 +10,7 @@ is dropped afterwards.
 
 from __future__ import annotations
 
-import asyncpg
+from bench._harness import execute
 
 TABLE = "bench_minimal_messages"
 
@@ -55,22 +55,14 @@ RETURNING id
 REMAINING = f"SELECT id::text FROM {TABLE} WHERE queue = $1"
 
 
-async def _execute(url: str, statement: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 async def create(url: str) -> None:
-    await _execute(url, SCHEMA)
+    await execute(url, SCHEMA)
 
 
 async def reset(url: str) -> None:
     """Empties the table without leaving dead rows for the next measurement."""
-    await _execute(url, f"TRUNCATE {TABLE}")
+    await execute(url, f"TRUNCATE {TABLE}")
 
 
 async def drop(url: str) -> None:
-    await _execute(url, f"DROP TABLE IF EXISTS {TABLE}")
+    await execute(url, f"DROP TABLE IF EXISTS {TABLE}")

@@ -24,7 +24,16 @@ import psutil
 
 from app.db.embedded import EmbeddedPostgres, remove
 from bench import apart, minimal
-from bench._harness import call, fetch_ids, find_queue_id, running_service, wal_counter
+from bench._harness import (
+    call,
+    execute,
+    fetch_ids,
+    find_queue_id,
+    postmaster_cpu_seconds,
+    running_service,
+    settle,
+    wal_counter,
+)
 
 _STATEMENTS = """
 SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
@@ -39,18 +48,8 @@ FROM pg_stat_user_tables
 
 
 def _postgres_cpu(server: EmbeddedPostgres) -> float:
-    """CPU seconds of the server's processes (and those it reaped) so far."""
     pid = server.postmaster_pid()
-    if pid is None:
-        return 0.0
-    postmaster = psutil.Process(pid)
-    times = postmaster.cpu_times()
-    total = times.user + times.system + times.children_user + times.children_system
-    for child in postmaster.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            child_times = child.cpu_times()
-            total += child_times.user + child_times.system
-    return float(total)
+    return 0.0 if pid is None else postmaster_cpu_seconds(psutil.Process(pid))
 
 
 _ROLES = """
@@ -89,15 +88,6 @@ async def _rows(url: str, sql: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
-async def _execute(url: str, *sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        for statement in sql:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 def _one_line(query: str, width: int = 90) -> str:
     text = " ".join(query.split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -120,8 +110,7 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
         name = queue_id = 1
         prefilled = apart.prefill_minimal(url, queue_id, backlog)
         target, table, remaining = url, minimal.TABLE, minimal.REMAINING
-    asyncio.run(_execute(url, f"VACUUM (ANALYZE) {table}", "CHECKPOINT",
-                         "SELECT pg_stat_statements_reset()"))
+    settle(url, table, "SELECT pg_stat_statements_reset()")
     tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
     roles_before = _cpu_by_role(server, url)
     row = apart.run(kind, target, name, producers=8, consumers=8, batch=batch,
@@ -191,13 +180,13 @@ def main() -> None:
     server = EmbeddedPostgres(folder, database="leaseq")
     url = server.start()
     try:
-        asyncio.run(_execute(
+        asyncio.run(execute(
             url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
             "ALTER SYSTEM SET pg_stat_statements.track_utility = on",
             "ALTER SYSTEM SET pg_stat_statements.track_planning = on"))
         server.stop()
         url = server.start()
-        asyncio.run(_execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        asyncio.run(execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         with running_service(env={"DATABASE_URL": url}) as service:
             for batch in (1, 10):
                 for kind in args.kinds:

@@ -50,8 +50,8 @@ class Sandbox:
     real_data_dir: Path
     real_before: frozenset[Entry]
     embedded_root: Path
-    machine_root: Path = SERVER_ROOT
-    machine_root_before: frozenset[Entry] = frozenset()
+    machine_root: Path
+    machine_root_before: frozenset[Entry]
 
     def real_changes(self) -> set[str]:
         """Names in the user's real leaseq data directory (or, as paths, in the

@@ -340,6 +340,11 @@ class EmbeddedPostgres:
             target = link.resolve()
             target.mkdir(mode=0o700, parents=True, exist_ok=True)
             return target
+        if link.is_dir():
+            # Made by an earlier leaseq, which loosened the parents instead.
+            info = _read_pid_file(link)
+            if info is not None and _is_live_postmaster(info.pid, link):
+                return link  # still served from there: it is moved on a later start
         home = Path(tempfile.mkdtemp(prefix=f"{self.data_dir.name[:40]}-", dir=root))
         home.chmod(0o711)
         # Who it belongs to, for an operator clearing the servers of data
@@ -347,11 +352,6 @@ class EmbeddedPostgres:
         (home / "data-directory").write_text(f"{self.data_dir}\n")
         target = home / "pgdata"
         if link.is_dir():
-            # Made by an earlier leaseq, which loosened the parents instead.
-            info = _read_pid_file(link)
-            if info is not None and _is_live_postmaster(info.pid, link):
-                shutil.rmtree(home)
-                return link  # still served from there: it is moved on a later start
             _log.info("moving the PostgreSQL data directory %s to %s", link, target)
             shutil.move(link, target)
         else:

@@ -131,8 +131,7 @@ class GroupCommit:
 async def run_in(
     session: Session, grouped: Grouped[K, T, R], key: K, groups: list[list[T]]
 ) -> list[R]:
-    """The statement (and its follow-up) for `groups` in `session`: what a group
-    runs, and what a caller holding a connection of its own runs for itself."""
+    """The statement (and its follow-up) for `groups` in `session`: what a group runs."""
     flat = [item for group in groups for item in group]
     rows = await session.fetch(grouped.query_for(key, flat), grouped.params(key, flat))
     after = None if grouped.then is None else grouped.then(key, rows)

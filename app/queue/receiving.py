@@ -37,8 +37,9 @@ LOOK_AGAIN = 0.05
 """Seconds after which a long poll that claimed nothing while its outlook saw
 messages claimable looks again."""
 
-Claim = Callable[[Queue, int, int, Session | None], Awaitable[list[ReceivedMessage]]]
-"""claim(queue, visibility_timeout, count, session): in `session`, else grouped."""
+Claim = Callable[[Queue, int, int], Awaitable[list[ReceivedMessage]]]
+"""claim(queue, visibility_timeout, count), with whoever else claims from the
+queue now (group commit)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Receive:
                 queue = self._queue
                 if queue is not None and not self._may_wait():
                     # A short poll of a known queue: one claim with whoever else polls now.
-                    return await self._claim(queue, self._visibility_timeout, self._max, None)
+                    return await self._claim(queue, self._visibility_timeout, self._max)
                 quiet = None if queue is None else self._hub.quiet_for(queue.id)
                 if queue is not None and quiet is not None:
                     # A long poll on a queue known empty since the last look (no
@@ -186,11 +187,11 @@ class Receive:
             # still reaches this receiver.
             self._park(queue)
         if self._waiter is None:
-            claimed = await self._claim(queue, self._visibility_timeout, self._max, None)
+            claimed = await self._claim(queue, self._visibility_timeout, self._max)
             return claimed, None
         generation = self._hub.generation(queue.id)
         with self._hub.looking(self._waiter):
-            received = await self._claim(queue, self._visibility_timeout, self._max, None)
+            received = await self._claim(queue, self._visibility_timeout, self._max)
             # What lies ahead matters to whoever waits: this receiver when it
             # found less than it asked for, the others when it took a full
             # batch (none: MAYBE_MORE).

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from app.config import Settings
-from app.db.connector import Connector, ConstraintViolation, Row, Session
+from app.db.connector import Connector, ConstraintViolation, Row
 from app.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
@@ -28,7 +28,7 @@ from app.queue import grouped, limits, peeking
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.claimed import claimed
 from app.queue.events import QueueEvents
-from app.queue.group_commit import GroupCommit, Statement, run_in
+from app.queue.group_commit import GroupCommit, Statement
 from app.queue.grouped import Change, Deleted, Handle
 from app.queue.models import (
     EntryError,
@@ -182,13 +182,13 @@ class QueueService:
         return [result for result in results if result is not None]
 
     async def _claim(
-        self, queue: Queue, visibility_timeout: int, count: int, session: Session | None
+        self, queue: Queue, visibility_timeout: int, count: int
     ) -> list[ReceivedMessage]:
-        """Claim up to `count` messages: in `session`, else with whoever else
-        claims from this queue now (group commit). Under a redrive policy,
-        exhausted candidates are dead-lettered by the claim itself, and the
-        claim is repeated to fill the batch from what is left."""
-        received, _ = await self._claim_acking(queue, visibility_timeout, count, session, ())
+        """Claim up to `count` messages with whoever else claims from this queue
+        now (group commit). Under a redrive policy, exhausted candidates are
+        dead-lettered by the claim itself, and the claim is repeated to fill the
+        batch from what is left."""
+        received, _ = await self._claim_acking(queue, visibility_timeout, count, ())
         return received
 
     async def _claim_acking(
@@ -196,7 +196,6 @@ class QueueService:
         queue: Queue,
         visibility_timeout: int,
         count: int,
-        session: Session | None,
         acks: tuple[Handle, ...],
     ) -> tuple[list[ReceivedMessage], Deleted]:
         """_claim, whose first statement also deletes the messages of `acks`
@@ -211,19 +210,14 @@ class QueueService:
         for _ in range(_DEAD_LETTER_ROUNDS):
             take = grouped.Take(count - len(received), acks)
             acks = ()  # only the first round carries them
-            if session is None:
-                try:
-                    share = await self.group.run(claim, (queue, visibility_timeout), [take])
-                except asyncio.CancelledError:
-                    # This round's share is given back by group commit; the
-                    # earlier rounds' are this receive's to give back.
-                    self._give_back(queue, taken)
-                    raise
-                taken.extend(share.rows)
-            else:
-                # The grouped claim's statement and dead-letter notice, in this
-                # receive's own connection (a long poll's look).
-                (share,) = await run_in(session, claim, (queue, visibility_timeout), [[take]])
+            try:
+                share = await self.group.run(claim, (queue, visibility_timeout), [take])
+            except asyncio.CancelledError:
+                # This round's share is given back by group commit; the
+                # earlier rounds' are this receive's to give back.
+                self._give_back(queue, taken)
+                raise
+            taken.extend(share.rows)
             acked.update(share.acked)
             self._tell_claimed(queue, share.rows, share.dead, visibility_timeout)
             received.extend(
@@ -390,7 +384,7 @@ class QueueService:
         lease = queue.attributes.visibility_timeout if visibility_timeout is None else (
             visibility_timeout
         )
-        received, acked = await self._claim_acking(queue, lease, max_messages, None, acks)
+        received, acked = await self._claim_acking(queue, lease, max_messages, acks)
         if not received:
             self.events.empty_receive(name)
         return Settled(self._results_told(queue, receipts, acked), [], received)
