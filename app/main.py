@@ -8,6 +8,7 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -20,7 +21,7 @@ from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
 from app.asgi.access import AccessLog
-from app.asgi.lean import LeanApp
+from app.asgi.lean import Front, LeanApp
 from app.auth.access import Needs
 from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
@@ -70,19 +71,22 @@ class LimitBody:
         self.send_bytes = max_bytes
         self.other_bytes = min(max_bytes, SMALL_BODY_BYTES)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def limit_for(self, scope: Scope) -> int:
         target = scope["path"]
         sends = (scope["method"] == "POST" and _SEND_PATH.match(target) is not None) or (
             is_sqs_door(target)
         )
-        max_bytes = self.send_bytes if sends else self.other_bytes
+        return self.send_bytes if sends else self.other_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        max_bytes = self.limit_for(scope)
         for name, declared in scope["headers"]:
             if name == b"content-length":
                 if declared.isdigit() and int(declared) > max_bytes:
-                    await self._too_large(scope, send, max_bytes)
+                    await self.too_large(scope, send, max_bytes)
                     return
                 break
         seen = 0
@@ -108,9 +112,9 @@ class LimitBody:
         except _BodyTooLarge:
             if started:
                 raise
-            await self._too_large(scope, send, max_bytes)
+            await self.too_large(scope, send, max_bytes)
 
-    async def _too_large(self, scope: Scope, send: Send, max_bytes: int) -> None:
+    async def too_large(self, scope: Scope, send: Send, max_bytes: int) -> None:
         response = problems.problem(
             413, "request_too_large", f"The request body is larger than {max_bytes} bytes."
         )
@@ -271,8 +275,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     rules = Rules(route for router in routers for route in router.routes)
     if app.openapi_url is not None:
         rules.add("GET", app.openapi_url, Needs.parse(["any"]))
-    app.add_middleware(
-        Guard,
+    guarding: dict[str, Any] = dict(
         rules=rules,
         keys=lambda: getattr(app.state, "keys", None),
         limiter=limiter,
@@ -281,13 +284,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         open_paths=_open_paths(settings),
         refuse=_refuse,
     )
-    app.add_middleware(LimitBody, max_bytes=settings.request_limit())
+    limiting: dict[str, Any] = dict(max_bytes=settings.request_limit())
     # Outside the guard and the size limit: their refusals get an id, a line and
     # a count too. The metrics exist once the app starts (lifespan).
-    app.add_middleware(
-        AccessLog, enabled=settings.access_log,
+    logging_: dict[str, Any] = dict(
+        enabled=settings.access_log,
         observe=lambda *answered: app.state.metrics.observe(*answered),
     )
+    app.add_middleware(Guard, **guarding)
+    app.add_middleware(LimitBody, **limiting)
+    app.add_middleware(AccessLog, **logging_)
     if settings.origins():
         app.add_middleware(
             CORSMiddleware,
@@ -297,6 +303,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=["x-request-id"],
             max_age=600,
         )
+    else:
+        # The same three, by the same methods, in one call (no CORS to add).
+        app.front_lean(Front(
+            access=AccessLog(_unused, **logging_),
+            limit=LimitBody(_unused, **limiting),
+            gate=Guard(_unused, **guarding),
+        ))
     return app
 
 
@@ -319,6 +332,11 @@ def _open_paths(settings: Settings) -> frozenset[str]:
     if settings.open_docs:
         paths.update({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
     return frozenset(paths)
+
+
+async def _unused(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app a middleware object used only by its methods wraps (Front)."""
+    raise AssertionError("a Front's middleware objects are not called as apps")
 
 
 async def _refuse(scope: Scope, send: Send, error: LeaseqError) -> None:

@@ -29,15 +29,19 @@ _GIVEN_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,128}")
 _log = logging.getLogger("leaseq.access")
 
 
-def _request_id(scope: Scope) -> str:
-    """The caller's X-Request-Id when it is a sane one (it is echoed and logged,
-    so it must not carry a line break or a megabyte), else a fresh one."""
+def request_id_of(given: bytes | None) -> str:
+    """The caller's X-Request-Id (`given`) when it is a sane one (it is echoed and
+    logged, so it must not carry a line break or a megabyte), else a fresh one."""
+    if given is not None and _GIVEN_ID.fullmatch(given):
+        return bytes(given).decode("ascii")
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+
+
+def _given_id(scope: Scope) -> bytes | None:
     for name, value in scope["headers"]:
         if name == b"x-request-id":
-            if _GIVEN_ID.fullmatch(value):
-                return bytes(value).decode("ascii")
-            break
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+            return bytes(value)
+    return None
 
 
 Observe = Callable[[str, str, "str | None", int, float], None]
@@ -57,7 +61,7 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _request_id(scope)
+        request_id = request_id_of(_given_id(scope))
         scope[REQUEST_ID] = request_id
         header = (b"x-request-id", request_id.encode("ascii"))
         status = 0  # no answer: the client went away first
@@ -73,12 +77,17 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            seconds = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            action = scope.get(SQS_ACTION)
-            self.observe(scope["method"], route, action, status, seconds)
-            if self.enabled:
-                self._write(scope, route, action, status, seconds, request_id)
+            self.answered(scope, status, started, request_id)
+
+    def answered(self, scope: Scope, status: int, started: float, request_id: str) -> None:
+        """Counts a request answered with `status` (0: none, the client went
+        away) and logs it; `started`: its time.perf_counter() on arrival."""
+        seconds = time.perf_counter() - started
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        action = scope.get(SQS_ACTION)
+        self.observe(scope["method"], route, action, status, seconds)
+        if self.enabled:
+            self._write(scope, route, action, status, seconds, request_id)
 
     @staticmethod
     def _write(scope: Scope, route: str, action: str | None, status: int, seconds: float,

@@ -113,6 +113,10 @@ class _Bucket:
     at: float
 
 
+Entered = tuple[str, Token[str | None]]
+"""A key's place among its requests in progress (RateLimiter.enter)."""
+
+
 class RateLimiter:
     """A token bucket per key, in this process: `rate` requests a second on
     average, bursts of up to twice that; and at most `concurrency` requests of
@@ -124,7 +128,7 @@ class RateLimiter:
         self._buckets: dict[str, _Bucket] = {}
         self._in_progress: dict[str, int] = {}
 
-    def enter(self, principal: Principal) -> tuple[str, Token[str | None]] | None:
+    def enter(self, principal: Principal) -> Entered | None:
         """One request of `principal` begins (RateLimited past its cap), and its key
         becomes the one its long polls count against (CALLER_KEY). Returns what
         `leave` needs; None for no key (nothing is counted)."""
@@ -141,7 +145,7 @@ class RateLimiter:
         self._in_progress[key] = held + 1
         return key, CALLER_KEY.set(key)
 
-    def leave(self, entered: tuple[str, Token[str | None]]) -> None:
+    def leave(self, entered: Entered) -> None:
         key, token = entered
         CALLER_KEY.reset(token)
         left = self._in_progress.pop(key, 1) - 1
@@ -213,22 +217,10 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # Held for the whole request: a key's count of requests in progress.
-        entered = None
         try:
-            headers = _headers(scope)
-            self._check_host(headers)
-            self._check_origin(headers)
-            path: str = scope["path"]
-            if not (path in self._open_paths or is_sqs_door(path) or is_dashboard_page(path)):
-                self._check_json(scope, headers)
-                principal = await self._authenticate(headers)
-                _authorize(self._rules, principal, scope["method"], path)
-                self._limiter.take(principal)
-                scope.setdefault("state", {})["principal"] = principal
-                entered = self._limiter.enter(principal)
+            entered = await self.admit(scope, _headers(scope))
         except LeaseqError as exc:
-            await self._refuse(scope, closing_unread(scope, send), exc)
+            await self.refuse(scope, send, exc)
             return
         if entered is None:
             await self.app(scope, receive, send)
@@ -236,9 +228,33 @@ class Guard:
         try:
             await self.app(scope, receive, send)
         finally:
-            self._limiter.leave(entered)
+            self.leave(entered)
 
-    def _check_host(self, headers: dict[bytes, bytes]) -> None:
+    async def admit(self, scope: Scope, headers: Mapping[bytes, bytes]) -> Entered | None:
+        """Runs the checks on a request (`headers`: its headers, read once): raises
+        the LeaseqError that refuses it, or lets it in. What it returns, when not
+        None, is the key's place among its requests in progress, given back with
+        `leave` once the request is answered."""
+        self._check_host(headers)
+        self._check_origin(headers)
+        path: str = scope["path"]
+        if path in self._open_paths or is_sqs_door(path) or is_dashboard_page(path):
+            return None
+        self._check_json(scope, headers)
+        principal = await self._authenticate(headers)
+        _authorize(self._rules, principal, scope["method"], path)
+        self._limiter.take(principal)
+        scope.setdefault("state", {})["principal"] = principal
+        return self._limiter.enter(principal)
+
+    def leave(self, entered: Entered) -> None:
+        self._limiter.leave(entered)
+
+    async def refuse(self, scope: Scope, send: Send, error: LeaseqError) -> None:
+        """Answers a request `admit` refused."""
+        await self._refuse(scope, closing_unread(scope, send), error)
+
+    def _check_host(self, headers: Mapping[bytes, bytes]) -> None:
         if self._hosts is None:
             return
         host = headers.get(b"host", b"").decode("latin-1").lower()
@@ -248,7 +264,7 @@ class Guard:
                 f"Host {host[:100]!r} is not one this service answers to (LEASEQ_ALLOWED_HOSTS)."
             )
 
-    def _check_origin(self, headers: dict[bytes, bytes]) -> None:
+    def _check_origin(self, headers: Mapping[bytes, bytes]) -> None:
         # Browsers name the page's origin on every cross-origin request and on
         # every POST; `Sec-Fetch-Site` marks even a plain <img> or link. Anything
         # a page of another site makes this browser send is refused, unless
@@ -266,7 +282,7 @@ class Guard:
         elif site in (b"cross-site", b"same-site"):
             raise Forbidden("Requests made by another site's page are not allowed.")
 
-    def _check_json(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
+    def _check_json(self, scope: Scope, headers: Mapping[bytes, bytes]) -> None:
         if scope["method"] not in BODY_METHODS:
             return
         content_type = headers.get(b"content-type")
@@ -280,7 +296,7 @@ class Guard:
                 f"A request body must be application/json, not {media.decode('latin-1')[:80]}."
             )
 
-    async def _authenticate(self, headers: dict[bytes, bytes]) -> Principal:
+    async def _authenticate(self, headers: Mapping[bytes, bytes]) -> Principal:
         store = self._keys()
         if store is None:
             return EVERYONE
