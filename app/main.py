@@ -190,16 +190,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.listener = listener
         app.state.service = service
         app.state.swept = asyncio.Event()
-        app.state.metrics = metrics = Metrics(hub, service.group, QueueGauges(service.gauges))
+        # Once across the fleet: the process holding the maintenance lock sweeps
+        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
+        app.state.maintenance = maintenance = Maintenance(settings.listen_url or database_url)
+        app.state.metrics = metrics = Metrics(
+            hub, service.group, QueueGauges(service.gauges), maintenance)
         service.events = metrics
         app.state.throughput = throughput = Throughput(metrics.message_totals)
         app.state.redrives = redrives = Redrives(
             db, catalog, hold_seconds=settings.redrive_hold_seconds
         )
         listener.start()
-        # Once across the fleet: the process holding the maintenance lock sweeps
-        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
-        app.state.maintenance = maintenance = Maintenance(settings.listen_url or database_url)
         background = [
             maintenance.lock.start(),
             asyncio.create_task(

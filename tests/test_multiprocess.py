@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import ServiceProcesses
+from processes import ServiceProcesses, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -112,6 +112,10 @@ def test_uvicorn_workers_answer_one_set_of_metrics(
         before = healthz_count(client.get("/metrics").text)
         for _ in range(30):
             assert client.get("/healthz").status_code == 200
+        # A request is counted just after its answer is sent: the last one may
+        # land a moment after the client has read it.
+        wait_until(lambda: healthz_count(client.get("/metrics").text) == before + 30,
+                   timeout=10, what="the last /healthz counted")
     # New connections each time: the kernel spreads them over both workers, and
     # each answers the sum of both processes' counts, not its own (which would
     # look like resets to Prometheus).

@@ -35,6 +35,7 @@ from app.db.connector import Row
 from app.queue.advice import LeaseAdvice, LeaseWatch
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit
+from app.queue.maintenance import Maintenance
 from app.queue.waiting import WaitHub
 
 GAUGE_CACHE_SECONDS = 2.0
@@ -121,8 +122,10 @@ class Metrics(QueueEvents):
     """One app's metrics and its exposition; the engine's events (QueueEvents)
     counted per queue."""
 
-    def __init__(self, hub: WaitHub, group: GroupCommit, gauges: QueueGauges) -> None:
+    def __init__(self, hub: WaitHub, group: GroupCommit, gauges: QueueGauges,
+                 maintenance: Maintenance) -> None:
         self._hub, self._group, self._gauges = hub, group, gauges
+        self._maintenance = maintenance
         self._multiprocess = multiprocess_dir() is not None
         # Single process: an own registry (several apps may share a test process)
         # with the process collectors. Multiprocess: the values go to files, and
@@ -144,6 +147,18 @@ class Metrics(QueueEvents):
         )
         self.waiting = Gauge(
             "leaseq_waiting_receivers", "Long-polling receivers waiting now.",
+            registry=registry, multiprocess_mode="livesum",
+        )
+        self.seats = Gauge(
+            "leaseq_waiting_receivers_limit",
+            "Long-poll seats: the most receivers that may wait at once (LEASEQ_MAX_WAITERS; "
+            "with several processes, their sum).",
+            registry=registry, multiprocess_mode="livesum",
+        )
+        self.maintenance_held = Gauge(
+            "leaseq_maintenance_lock_held",
+            "1 in the process holding the maintenance lock, where the retention sweep and "
+            "the vacuum check run: summed over a deployment's processes, 1.",
             registry=registry, multiprocess_mode="livesum",
         )
         self.wakeups = Counter(
@@ -321,6 +336,8 @@ class Metrics(QueueEvents):
         process; with several, each refreshes its own every second)."""
         self._refresh_advice()
         self.waiting.set(self._hub.parked())
+        self.seats.set(self._hub.max_waiters)
+        self.maintenance_held.set(1 if self._maintenance.lock.held else 0)
         self._advance(self.wakeups, ("wakeups", ""), self._hub.wakeups)
         for name, line in self._group.coalescers().items():
             self._advance(self.grouped_requests.labels(name), ("requests", name), line.requests)
