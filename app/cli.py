@@ -53,7 +53,32 @@ def _parser() -> argparse.ArgumentParser:
         "worker", add_help=False,
         help="run a handler for the messages of a queue (leaseq worker --help)",
     )
+    # `leaseq queues` and `leaseq top` are the client package's too.
+    commands.add_parser(
+        "queues", add_help=False,
+        help="list, show, create, change, purge, peek at and redrive queues "
+        "(leaseq queues --help)",
+    )
+    commands.add_parser(
+        "top", add_help=False, help="every queue's depth and rates, refreshed in place",
+    )
     _keys_parser(commands)
+    doctor = commands.add_parser(
+        "doctor",
+        help="check a deployment's settings and database, with a fix for each problem",
+        description="Check the settings (this shell's environment, as `leaseq serve` would "
+        "read it) and the database: reachable and migrated, LEASEQ_SECRET, API keys on a "
+        "public address, connections against max_connections, autovacuum, durable "
+        "commits, clock skew, PgBouncer, the receipt keys' age. Reads only. Exit status 1 "
+        "when a check fails. Works on DATABASE_URL, else on the running embedded "
+        "PostgreSQL of the data directory.",
+    )
+    doctor.add_argument("--data-dir", type=Path, help="data directory (LEASEQ_DATA_DIR)")
+    doctor.add_argument("--replicas", type=_positive, default=1,
+                        help="service hosts on this database (1), for the connection count")
+    doctor.add_argument("--workers", type=_positive, default=1,
+                        help="`leaseq serve --workers` of each (1)")
+    doctor.add_argument("--json", action="store_true", help="findings as JSON")
     return parser
 
 
@@ -92,7 +117,7 @@ def _keys_parser(commands: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] == ["worker"]:
+    if given[:1] in (["worker"], ["queues"], ["top"]):
         from leaseq.cli import main as client_main
 
         return client_main(given)
@@ -101,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command == "keys":
         return _keys(args)
+    if args.command == "doctor":
+        return _doctor(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
         args = _parser().parse_args(["serve", *given])
     from pydantic import ValidationError
@@ -348,3 +375,47 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]
         return
     uvicorn.Server(uvicorn.Config(create_app(settings), **common)).run()  # type: ignore[arg-type]
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from alembic.script import ScriptDirectory
+    from pydantic import ValidationError
+
+    from app.db.embedded import EmbeddedPostgres
+    from app.db.migrate import alembic_config
+    from app.doctor import checks as doctor
+
+    try:
+        settings = _settings(data_dir=args.data_dir)
+    except ValidationError as exc:
+        errors = [line.strip() for line in _settings_errors(exc).splitlines()]
+        return doctor.report(doctor.settings_findings(errors), as_json=args.json,
+                             where="the settings did not load", out=sys.stdout)
+    deployment = doctor.Deployment(replicas=args.replicas, workers=args.workers,
+                                   embedded=settings.database_url is None)
+    url = settings.database_url
+    if url is None:
+        # Reads only: the data directory's server is checked when a `leaseq serve`
+        # runs it, never started (or created) by the doctor.
+        url = EmbeddedPostgres(settings.data_dir).running_dsn()
+        if url is None:
+            missing = doctor.Finding(
+                "database", "fail",
+                f"DATABASE_URL is unset and no embedded PostgreSQL runs in {settings.data_dir}",
+                "start leaseq serve (with --data-dir), or set DATABASE_URL")
+            return doctor.report([missing], as_json=args.json, where=str(settings.data_dir),
+                                 out=sys.stdout)
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    assert head is not None
+    findings = asyncio.run(doctor.examine(settings, url, deployment, head))
+    return doctor.report(findings, as_json=args.json, where=doctor.shown_url(url),
+                         out=sys.stdout)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value

@@ -1,6 +1,7 @@
 """The client package stands alone: installed into a fresh virtual environment it
-brings httpx and nothing of the server, and a user project whose own code is a
-package called `app` runs `leaseq worker app.tasks:handle` against the service."""
+brings httpx (and rich, for the operator's tables) and nothing of the server, a user
+project whose own code is a package called `app` runs `leaseq worker
+app.tasks:handle` against the service, and `leaseq queues` operates it."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_the_client_installs_nothing_of_the_server(client_venv: Path) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
-    assert {"leaseq-client", "httpx"} <= names
+    assert {"leaseq-client", "httpx", "rich"} <= names
     assert not names & SERVER_SIDE, names & SERVER_SIDE
 
 
@@ -97,3 +98,23 @@ def test_serve_needs_the_server(client_venv: Path) -> None:
     )
     assert result.returncode == 2
     assert "needs the server" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_the_client_alone_operates_a_remote_service(
+    client_venv: Path, served: tuple[str, Any]
+) -> None:
+    url, _app = served
+    async with AsyncClient(url) as api:
+        await api.create_queue("remote")
+        await api.send("remote", "seen from a laptop")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEQ_", "VIRTUAL"))}
+    listed = await asyncio.create_subprocess_exec(
+        str(client_venv / "bin" / "leaseq"), "queues", "list", "--json", "--url", url,
+        env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await listed.communicate()
+    assert listed.returncode == 0, err.decode()
+    (queue,) = json.loads(out)
+    assert queue["name"] == "remote" and queue["visible"] == 1
+

@@ -106,6 +106,7 @@ async def test_the_overview_counts_what_the_queues_hold_and_follows_scopes(
     assert (orders["visible"], orders["in_flight"], orders["delayed"]) == (
         stats["visible"], stats["in_flight"], stats["delayed"]) == (3, 1, 1)
     assert orders["dead_letter_queue"] == "orders-dlq" and orders["oldest_visible_age_seconds"] > 0
+    assert orders["dead_lettered"] == 0 and by_name["orders-dlq"]["dead_letter_sources"] == {}
     assert overview["sparkline_interval_seconds"] > 0
 
     keys = client.app.state.keys  # type: ignore[attr-defined]

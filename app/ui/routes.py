@@ -140,6 +140,9 @@ async def overview(
     queues = await state.service.queues.list_queues(prefix=prefix, after="", limit=1000)
     depth: dict[str, dict[str, float]] = {}
     sources: dict[str, dict[str, int]] = {}
+    # A source queue's messages in any dead-letter queue, whether the key may
+    # read that queue or the prefix shows it.
+    dead_lettered: dict[str, int] = {}
     for row in await state.metrics.gauges.read():
         counts = depth.setdefault(
             row["name"], {"visible": 0, "in_flight": 0, "delayed": 0, "oldest": 0.0}
@@ -150,6 +153,7 @@ async def overview(
         counts["oldest"] = max(counts["oldest"], float(row["oldest_visible_age"] or 0))
         if row["source"] is not None:
             sources.setdefault(row["name"], {})[row["source"]] = row["messages"]
+            dead_lettered[row["source"]] = dead_lettered.get(row["source"], 0) + row["messages"]
     shown = []
     for queue in queues:
         if not principal.allows("read", queue.name):
@@ -165,6 +169,7 @@ async def overview(
             "delayed": int(counts["delayed"]),
             "oldest_visible_age_seconds": round(counts["oldest"], 3),
             "dead_letter_sources": sources.get(queue.name, {}),
+            "dead_lettered": dead_lettered.get(queue.name, 0),
             "sent_per_second": [round(v, 3) for v in sent],
             "deleted_per_second": [round(v, 3) for v in deleted],
         })

@@ -1,6 +1,7 @@
-"""The `leaseq` command of the client package: `leaseq worker`, and every other
-command handed to the server's CLI when the server (distribution `leaseq`) is
-installed beside it.
+"""The `leaseq` command of the client package: `leaseq worker`, `leaseq queues`
+and `leaseq top` (an operator's commands, leaseq/operate.py and leaseq/top.py), and
+every other command handed to the server's CLI when the server (distribution
+`leaseq`) is installed beside it.
 
 `leaseq worker` imports nothing but this package and httpx, so a project whose
 own code lives in a package called `app` runs `leaseq worker app.tasks:handle`.
@@ -18,6 +19,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leaseq import operate, top
+
 if TYPE_CHECKING:
     from leaseq.backoff import Backoff
 
@@ -31,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command")
     _worker_parser(commands)
+    operate.add_parser(commands)
+    top.add_parser(commands)
     return parser
 
 
@@ -110,15 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["worker"]:
         return _worker(_parser().parse_args(args))
+    if args[:1] == ["queues"]:
+        return operate.run(_parser().parse_args(args))
+    if args[:1] == ["top"]:
+        return top.run(_parser().parse_args(args))
     server = _server()
     if server is not None:
         return server(args)
     if args[:1] in ([], ["-h"], ["--help"]):
         _parser().print_help()
-        print("\nserve, migrate and keys come with the server: pip install leaseq")
+        print("\nserve, migrate, keys and doctor come with the server: pip install leaseq")
         return 0
     print(f"leaseq: {args[0]!r} needs the server (pip install leaseq); this package "
-          "has only `leaseq worker`", file=sys.stderr)
+          "has `leaseq worker`, `leaseq queues` and `leaseq top`", file=sys.stderr)
     return 2
 
 

@@ -194,6 +194,12 @@ class _calls:
         return _Call("DELETE", f"/v1/redrive-tasks/{_seg(task_id)}", _task)
 
     @staticmethod
+    def overview(prefix: str | None) -> _Call[list[dict[str, Any]]]:
+        params = {} if prefix is None else {"prefix": prefix}
+        return _Call("GET", "/ui/api/overview", lambda r: list(r.json()["queues"]),
+                     params=params)
+
+    @staticmethod
     def delete_queue(name: str) -> _Call[None]:
         return _Call("DELETE", _q(name), _none)
 
@@ -425,6 +431,13 @@ class Client(_Base):
     def cancel_redrive(self, task_id: str) -> RedriveTask:
         return self._run(_calls.cancel_redrive(task_id))
 
+    def overview(self, prefix: str | None = None) -> list[dict[str, Any]]:
+        """Every queue the key may read, as the dashboard shows it: visible, in
+        flight, delayed, oldest age, its messages in dead-letter queues
+        (`dead_letter_sources` of a dead-letter queue), and sent and acknowledged
+        per second (`leaseq top`). Needs `read` on the queues."""
+        return self._run(_calls.overview(prefix))
+
     def delete_queue(self, name: str) -> None:
         self._run(_calls.delete_queue(name))
 
@@ -599,6 +612,10 @@ class AsyncClient(_Base):
 
     async def cancel_redrive(self, task_id: str) -> RedriveTask:
         return await self._run(_calls.cancel_redrive(task_id))
+
+    async def overview(self, prefix: str | None = None) -> list[dict[str, Any]]:
+        """As Client.overview."""
+        return await self._run(_calls.overview(prefix))
 
     async def delete_queue(self, name: str) -> None:
         await self._run(_calls.delete_queue(name))

@@ -1,0 +1,58 @@
+-- The doctor's statements (app/doctor/checks.py): each reads, none changes anything.
+
+-- name: server_version
+SHOW server_version;
+
+-- name: has_schema
+SELECT to_regclass('alembic_version') IS NOT NULL AS migrated;
+
+-- name: revision
+-- The revision Alembic recorded (has_schema first: before any migration the
+-- table does not exist).
+SELECT version_num FROM alembic_version;
+
+-- name: usable_api_key
+SELECT EXISTS (SELECT 1 FROM api_keys
+               WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()));
+
+-- name: api_key_revoked
+-- Whether the bootstrap key (LEASEQ_ADMIN_KEY) was revoked: leaseq serve then
+-- leaves it so; absent, it is created on start.
+SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = :id AND revoked_at IS NOT NULL);
+
+-- name: connection_limits
+-- `others`: client connections that are not leaseq's (its processes, this one
+-- too, name theirs leaseq...). Another role's sessions show a NULL
+-- backend_type and application_name to a role without pg_read_all_stats:
+-- counted as others.
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       (SELECT count(*) FROM pg_stat_activity
+        WHERE (backend_type = 'client backend' OR backend_type IS NULL)
+          AND coalesce(application_name, '') NOT LIKE 'leaseq%') AS others;
+
+-- name: autovacuum
+SELECT current_setting('autovacuum')::boolean AS server_on,
+       current_setting('track_counts')::boolean AS track_counts,
+       coalesce((SELECT option_value::boolean
+                 FROM pg_class AS c, pg_options_to_table(c.reloptions)
+                 WHERE c.oid = to_regclass('messages')
+                   AND option_name = 'autovacuum_enabled'), true) AS table_on;
+
+-- name: durability
+SELECT current_setting('synchronous_commit') AS synchronous_commit,
+       current_setting('fsync') AS fsync,
+       current_setting('full_page_writes') AS full_page_writes;
+
+-- name: database_clock
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
+
+-- name: server_port
+-- NULL over a Unix socket.
+SELECT inet_server_port() AS port;
+
+-- name: receipt_keys_age
+SELECT count(*) AS keys,
+       coalesce(extract(epoch FROM now() - max(created_at)) / 86400, 0)::float8
+           AS newest_days
+FROM receipt_keys WHERE retired_at IS NULL;
