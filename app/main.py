@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
-from app.api import problems
+from app.api import openapi, problems
 from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
@@ -252,8 +252,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         # 413: the body limit below applies to every route.
-        responses=problems.responses(413, 422, 500),
-        generate_unique_id_function=problems.operation_id,
+        responses=openapi.responses(413, 422, 500),
+        generate_unique_id_function=openapi.operation_id,
         telemetry=None if settings.telemetry else {
             "tracing": False, "metrics": False, "logs": False, "operation_spans": False,
         },
@@ -261,7 +261,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.limiter = limiter = RateLimiter(
         settings.key_rate, concurrency=settings.requests_per_key())
     problems.install(app)
-    problems.install_openapi(app)
+    openapi.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first;
     # last, the queue URL route (/{account}/{queue}), which must not shadow any REST path.
     routers = (messages.router, queues.router, redrive.router, keys.router, health.router,

@@ -11,7 +11,7 @@ from conftest import AppClient
 from fastapi.routing import APIRoute
 from support import make_queue, receive, send
 
-from app.api import problems
+from app.api import openapi
 from app.api.routes import messages
 from app.asgi.lean import handler_of
 from app.sqs import routes as sqs_routes
@@ -26,7 +26,7 @@ JSON = {"content-type": "application/json"}
 
 def _served() -> dict[str, APIRoute]:
     return {
-        problems.operation_id(route): route
+        openapi.operation_id(route): route
         for route in messages.router.routes
         if isinstance(route, APIRoute) and handler_of(route) is not None
     }

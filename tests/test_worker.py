@@ -104,7 +104,9 @@ async def stats(api: AsyncClient, queue: str) -> dict[str, Any]:
 
 @pytest.mark.e2e
 def test_importing_the_client_loads_no_server_module() -> None:
-    code = "import json, sys, leaseq; print(json.dumps(sorted(sys.modules)))"
+    # The package's names load when first used (leaseq/__init__.py): use them.
+    code = ("import json, sys\nfrom leaseq import AsyncClient, Client, Worker\n"
+            "print(json.dumps(sorted(sys.modules)))")
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
         cwd=TESTS.parent,

@@ -11,18 +11,6 @@ from app.errors import InvalidParameter
 from app.queue.service import QueueService
 
 
-def service_of(request: Request) -> QueueService:
-    """The service, for the message routes: read directly, not through Depends,
-    whose resolution costs each request more than the statement it runs."""
-    service: QueueService = request.app.state.service
-    return service
-
-
-def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 async def _service(request: Request) -> QueueService:
     # async: FastAPI runs a plain `def` dependency in a thread pool, per request.
     service: QueueService = request.app.state.service

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ServiceDep
 from app.api.metrics import Metrics
-from app.api.problems import responses
+from app.api.openapi import responses
 from app.auth.access import scopes
 from app.auth.guard import principal_of
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, Field, field_validator
 
-from app.api.problems import responses
+from app.api.openapi import responses
 from app.auth.access import scopes
 from app.auth.guard import principal_of
 from app.auth.scopes import ScopeError, parse_scopes

@@ -33,7 +33,7 @@ from app.api.message_schemas import (
     VisibilityBatchIn,
     VisibilityIn,
 )
-from app.api.problems import responses
+from app.api.openapi import responses
 from app.asgi.lean import serves
 from app.auth.access import scopes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import ServiceDep
-from app.api.problems import responses
+from app.api.openapi import responses
 from app.api.schemas import (
     Purged,
     QueueAttributesIn,

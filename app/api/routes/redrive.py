@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, status
 
 from app.api.deps import ServiceDep
-from app.api.problems import responses
+from app.api.openapi import responses
 from app.api.schemas import DeadLetterSourcesOut, RedriveIn, RedriveTaskList, RedriveTaskOut
 from app.auth.access import needs_of_request, scopes
 from app.auth.guard import principal_of
