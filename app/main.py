@@ -21,7 +21,7 @@ from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
 from app.asgi.access import AccessLog
-from app.asgi.lean import Front, LeanApp
+from app.asgi.lean import Front, LeanApp, declares_more_than
 from app.auth.access import Needs
 from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
@@ -83,12 +83,11 @@ class LimitBody:
             await self.app(scope, receive, send)
             return
         max_bytes = self.limit_for(scope)
-        for name, declared in scope["headers"]:
-            if name == b"content-length":
-                if declared.isdigit() and int(declared) > max_bytes:
-                    await self.too_large(scope, send, max_bytes)
-                    return
-                break
+        declared = next((value for name, value in scope["headers"]
+                         if name == b"content-length"), None)
+        if declares_more_than(declared, max_bytes):
+            await self.too_large(scope, send, max_bytes)
+            return
         seen = 0
         started = False
 

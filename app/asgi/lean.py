@@ -237,8 +237,7 @@ async def _front(front: Front, scope: Scope, receive: Receive, send: Send) -> No
     entered = None
     try:
         max_bytes = front.limit.limit_for(scope)
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        if declares_more_than(headers.get(b"content-length"), max_bytes):
             await front.limit.too_large(scope, send_with_id, max_bytes)
             return
         try:
@@ -282,6 +281,13 @@ async def _send(send: Send, answer: Answer, more: tuple[tuple[bytes, bytes], ...
         headers = [*answer.headers, *more]
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
+
+
+def declares_more_than(content_length: bytes | None, max_bytes: int) -> bool:
+    """Whether a request's Content-Length announces a body over `max_bytes` (one
+    that is not a number is left to the body's reading, which counts)."""
+    return (content_length is not None and content_length.isdigit()
+            and int(content_length) > max_bytes)
 
 
 class _TooLarge(Exception):
