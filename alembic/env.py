@@ -6,7 +6,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from app.db.engine import create_engine, resolve_database_url
+from app.config import Settings
+from app.db.engine import engine_for
 from app.db.migrate import MIGRATION_LOCK
 
 
@@ -16,8 +17,8 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
-async def _run_async(url: str) -> None:
-    engine = create_engine(url, pool_size=1)
+async def _run_async(settings: Settings, url: str) -> None:
+    engine = engine_for(settings, pool_size=1, url=url)
     try:
         async with engine.connect() as connection:
             # Session-level, and committed before the migrations start: each
@@ -38,13 +39,18 @@ async def _run_async(url: str) -> None:
 
 
 def main() -> None:
-    url = context.config.attributes.get("database_url") or resolve_database_url()
+    # An entry point of its own (the `alembic` command, or app/db/migrate.py
+    # through Alembic's API): it reads the settings, as app/main.py does.
+    settings = Settings()
+    url = context.config.attributes.get("database_url") or settings.database_url
+    if url is None:
+        raise RuntimeError("no DATABASE_URL: run through `leaseq serve` or set DATABASE_URL")
     if context.is_offline_mode():
         context.configure(url=url, literal_binds=True)
         with context.begin_transaction():
             context.run_migrations()
         return
-    asyncio.run(_run_async(url))
+    asyncio.run(_run_async(settings, url))
 
 
 main()

@@ -289,11 +289,10 @@ async def _usable_key(settings: Settings) -> bool:
     variable being set is not a key, and a revoked or expired one opens nothing."""
     from app.auth.store import KeyStore, Q
     from app.db.connector import Connector
-    from app.db.engine import create_engine
+    from app.db.engine import engine_for
     from app.main import bootstrap_admin_key
 
-    assert settings.database_url is not None
-    engine = create_engine(settings.database_url, pool_size=1)
+    engine = engine_for(settings, pool_size=1)
     try:
         db = Connector(engine)
         keys = KeyStore(db, master=settings.master_secret(), listening=lambda: False)
@@ -323,8 +322,7 @@ def _keys(args: argparse.Namespace) -> int:
                 url = embedded.start()
         upgrade(url)
         return asyncio.run(admin.run(
-            args.keys_command, args, database_url=url, master=settings.master_secret(),
-            out=sys.stdout,
+            args.keys_command, args, settings=settings, database_url=url, out=sys.stdout,
         ))
     except (ValueError, LeaseqError) as exc:
         print(f"leaseq keys: {exc}", file=sys.stderr)

@@ -7,7 +7,6 @@ import math
 import os
 import re
 import secrets
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -469,8 +468,3 @@ class Settings(BaseSettings):
         finally:
             tmp.unlink()
         return value
-
-
-@lru_cache
-def get_settings() -> Settings:
-    return Settings()

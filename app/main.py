@@ -26,11 +26,12 @@ from app.auth.access import Needs
 from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.store import KeyStore
-from app.config import Settings, get_settings, parse_credentials
+from app.config import Settings, parse_credentials
 from app.db.connector import Connector, DatabaseError
-from app.db.engine import create_engine, split_pool
+from app.db.engine import create_engine, dialer, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
+from app.queue.grouped import group_commit
 from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
@@ -125,7 +126,7 @@ async def _empty_receive() -> Message:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or get_settings()
+    settings = settings or Settings()
     # Each process's connections (a worker process of --workers builds its app here).
     header_limits.configure(header_limits.HeaderLimits(
         timeout=settings.header_timeout_seconds,
@@ -142,14 +143,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The pools, the LISTEN connection and the maintenance lock share one
+        # dialer: which host answered last (app/db/hosts.py).
+        dial = dialer(settings)
+        listen_url = settings.listen_url or database_url
         planned, cached = split_pool(settings.pool_size)
         engine = create_engine(
             database_url, pool_size=planned, pool_timeout=settings.pool_wait_seconds,
-            pgbouncer=settings.pgbouncer,
+            dial=dial, pgbouncer=settings.pgbouncer,
         )
         cached_engine = None if not cached else create_engine(
             database_url, pool_size=cached, pool_timeout=settings.pool_wait_seconds,
-            cached_plans=True, pgbouncer=settings.pgbouncer,
+            cached_plans=True, dial=dial, pgbouncer=settings.pgbouncer,
         )
         hub = WaitHub(
             max_waiters=settings.max_waiters,
@@ -157,15 +162,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_waiters_per_key=settings.waiters_per_key(),
         )
         db = Connector(engine, cached_engine)
-        listener = Listener(settings.listen_url or database_url, hub)
         master = settings.master_secret()
         keyring = ReceiptKeyring(db, legacy=master)
-        catalog = QueueCatalog(db, hub)
-        service = QueueService(
-            db, catalog, hub, keyring.signer, pool_wait_seconds=settings.pool_wait_seconds
-        )
         keys = KeyStore(
             db, master=master, listening=lambda: hub.listening, static=credentials,
+        )
+        listener = Listener(
+            listen_url, hub, dial=dial, notices=(keys.on_notice, keyring.on_notice)
+        )
+        catalog = QueueCatalog(db, hub)
+        # Once across the fleet: the process holding the maintenance lock sweeps
+        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
+        maintenance = Maintenance(listen_url, dial=dial)
+        group = group_commit(db)
+        metrics = Metrics(hub, group, QueueGauges(catalog.gauges), maintenance)
+        service = QueueService(
+            db, catalog, hub, keyring.signer, group=group, events=metrics,
+            pool_wait_seconds=settings.pool_wait_seconds,
         )
         loading = asyncio.create_task(_load_keys(keyring, keys, settings), name="leaseq-keys")
         # Serve once the keys are loaded; a database that cannot be reached yet
@@ -173,12 +186,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await asyncio.wait([loading], timeout=settings.pool_wait_seconds)
         if loading.done():
             loading.result()  # a misconfiguration (LEASEQ_ADMIN_KEY) stops the start here
-
-        def on_notice(text: str) -> None:
-            keys.on_notice(text)
-            keyring.on_notice(text)
-
-        hub.on_notice = on_notice
         # SIGTERM: parked long polls answer at once instead of holding the drain.
         stop_hook = on_stop_signal(hub.close)
         app.state.keys = keys
@@ -189,12 +196,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.listener = listener
         app.state.service = service
         app.state.swept = asyncio.Event()
-        # Once across the fleet: the process holding the maintenance lock sweeps
-        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
-        app.state.maintenance = maintenance = Maintenance(settings.listen_url or database_url)
-        app.state.metrics = metrics = Metrics(
-            hub, service.group, QueueGauges(service.gauges), maintenance)
-        service.events = metrics
+        app.state.maintenance = maintenance
+        app.state.metrics = metrics
         app.state.throughput = throughput = Throughput(metrics.message_totals)
         app.state.redrives = redrives = Redrives(
             db, catalog, hold_seconds=settings.redrive_hold_seconds

@@ -83,10 +83,11 @@ async def stored_then_revoked(url: str, token: str) -> None:
     """Stores the key `<id>.<secret>` in the database at `url`, then revokes it:
     keys are then required there for good, and none works."""
     from app.auth.store import KeyStore
+    from app.config import Settings
     from app.db.connector import Connector
-    from app.db.engine import create_engine
+    from app.db.engine import engine_for
 
-    engine = create_engine(url, pool_size=1)
+    engine = engine_for(Settings(), pool_size=1, url=url)
     try:
         store = KeyStore(Connector(engine), master=TEST_SECRET.encode(), listening=lambda: False)
         key_id, _, secret = token.partition(".")

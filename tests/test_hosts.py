@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.config import Settings, get_settings
+from app.config import Settings
 from app.db.engine import connect, dialer, single_host_dsns
 from app.db.hosts import Dialer
 
@@ -96,21 +96,15 @@ async def test_a_hanging_first_host_costs_its_own_timeout_then_is_passed_over(
     silent.close()
 
 
-@pytest.fixture
-def short_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """LEASEQ_DB_CONNECT_TIMEOUT_SECONDS=0.5 for engine.connect (settings are cached)."""
+async def test_the_service_connect_takes_libpq_multi_host_urls(
+    database_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("LEASEQ_DB_CONNECT_TIMEOUT_SECONDS", "0.5")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
-
-
-@pytest.mark.usefixtures("short_connect_timeout")
-async def test_the_service_connect_takes_libpq_multi_host_urls(database_url: str) -> None:
-    assert get_settings().db_connect_timeout_seconds == 0.5
+    dial = dialer(Settings())
+    assert dial.connect_timeout == 0.5
     silent = Silent()
     async with _server(silent) as hanging, _server(_forwarder(database_url)) as answering:
-        conn = await connect(_two_hosts(database_url, hanging, answering),
+        conn = await connect(_two_hosts(database_url, hanging, answering), dial,
                              server_settings={"application_name": "leaseq-test"})
         try:
             assert await conn.fetchval("SHOW application_name") == "leaseq-test"
@@ -125,7 +119,7 @@ async def test_the_service_connect_takes_libpq_multi_host_urls(database_url: str
             await conn.close()
         # The next connection of the process (a LISTEN reconnecting, the fleet
         # lock's) starts with the host that answered.
-        again = await connect(_two_hosts(database_url, hanging, answering))
+        again = await connect(_two_hosts(database_url, hanging, answering), dial)
         await again.close()
         assert silent.accepted == 1
     silent.close()

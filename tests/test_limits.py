@@ -22,7 +22,7 @@ from support import TEST_SECRET, make_queue, receive, send, wait_until
 from app.cli import _run_uvicorn
 from app.config import Settings
 from app.db.connector import Connector
-from app.db.engine import create_engine
+from app.db.engine import create_engine, dialer
 from app.errors import DatabaseUnavailable, Overloaded
 from app.queue.catalog import QueueCatalog
 from app.queue.waiting import CALLER_KEY, Ready, WaitHub
@@ -224,7 +224,9 @@ async def test_a_heartbeat_past_its_share_of_the_pool_is_refused_in_bounded_time
 async def test_a_request_finding_no_free_connection_fails_in_bounded_time(
     database_url: str,
 ) -> None:
-    engine = create_engine(database_url, pool_size=1, pool_timeout=0.3)
+    engine = create_engine(
+        database_url, pool_size=1, pool_timeout=0.3, dial=dialer(Settings()), pgbouncer="off"
+    )
     catalog = QueueCatalog(Connector(engine), WaitHub())
     try:
         async with engine.connect():  # the pool's only connection, held

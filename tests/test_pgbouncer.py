@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 from support import TEST_SECRET
 
 from app.db.engine import create_engine
+from app.db.hosts import Dialer
 
 pytestmark = pytest.mark.e2e
 
@@ -40,6 +41,8 @@ PGBOUNCER = shutil.which("pgbouncer") or next(
 SERVER_POOL = 3
 """Server connections PgBouncer opens to the database: fewer than one service's
 pool (10), so that transaction pooling, not a connection each, is what serves."""
+
+_DIAL = Dialer(connect_timeout=5.0, dead_peer_seconds=10.0)
 
 
 @dataclass
@@ -330,7 +333,7 @@ async def test_transaction_pooling_needs_the_statement_cache_off(
         for conn in (cached, other):
             await conn.close()
 
-    engine = create_engine(bouncer.url, pool_size=6, pgbouncer="transaction")
+    engine = create_engine(bouncer.url, pool_size=6, dial=_DIAL, pgbouncer="transaction")
     try:
         async def statements(n: int) -> list[int]:
             async with engine.connect() as conn:
@@ -358,7 +361,7 @@ async def test_pgbouncer_refuses_plan_cache_mode_as_a_startup_parameter(
     """Without LEASEQ_PGBOUNCER the engine cannot connect through PgBouncer at
     all; in session mode it SETs plan_cache_mode instead, per pool."""
     bouncer = pgbouncers("session")
-    plain = create_engine(bouncer.url, pool_size=1, pgbouncer="off")
+    plain = create_engine(bouncer.url, pool_size=1, dial=_DIAL, pgbouncer="off")
     try:
         with pytest.raises(Exception, match="unsupported startup parameter: plan_cache_mode"):
             async with plain.connect():
@@ -367,7 +370,8 @@ async def test_pgbouncer_refuses_plan_cache_mode_as_a_startup_parameter(
         await plain.dispose()
     for cached_plans, expected in ((False, "force_custom_plan"), (True, "auto")):
         engine = create_engine(
-            bouncer.url, pool_size=1, pgbouncer="session", cached_plans=cached_plans
+            bouncer.url, pool_size=1, dial=_DIAL, pgbouncer="session",
+            cached_plans=cached_plans,
         )
         try:
             async with engine.connect() as conn:

@@ -8,8 +8,9 @@ from typing import Any, TextIO
 
 from app.auth import receipt_keys
 from app.auth.store import KeyStore, Q
+from app.config import Settings
 from app.db.connector import Connector
-from app.db.engine import create_engine
+from app.db.engine import engine_for
 
 _DURATION = re.compile(r"^(\d+)([smhdw]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -23,11 +24,11 @@ def parse_duration(text: str) -> int:
     return int(match[1]) * _UNIT[match[2]]
 
 
-async def run(command: str, args: Any, *, database_url: str, master: bytes,
+async def run(command: str, args: Any, *, settings: Settings, database_url: str,
               out: TextIO) -> int:
-    engine = create_engine(database_url, pool_size=2)
+    engine = engine_for(settings, pool_size=2, url=database_url)
     db = Connector(engine)
-    store = KeyStore(db, master=master, listening=lambda: False)
+    store = KeyStore(db, master=settings.master_secret(), listening=lambda: False)
     try:
         if command == "create":
             expires = None if args.expires is None else parse_duration(args.expires)

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from app.db.engine import connect
+from app.db.hosts import Dialer
 from app.db.queries import Query
 from app.errors import DatabaseUnavailable, LeaseqError
 
@@ -225,12 +226,12 @@ def _size(engine: AsyncEngine) -> int:
 
 @contextlib.asynccontextmanager
 async def listening(
-    url: str, channel: str, on_notify: Callable[[str], None], *, name: str
+    url: str, channel: str, on_notify: Callable[[str], None], *, name: str, dial: Dialer
 ) -> AsyncIterator[asyncio.Event]:
     """A connection of its own LISTENing on `channel`; the event is set when it
     is lost. A LISTEN cannot share the pool: it must outlive every request."""
     lost = asyncio.Event()
-    conn = await connect(url, server_settings={"application_name": name})
+    conn = await connect(url, dial, server_settings={"application_name": name})
     try:
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(

@@ -11,7 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.config import PgBouncerMode, Settings, get_settings
+from app.config import PgBouncerMode, Settings
 from app.db.hosts import Dialer
 
 
@@ -61,13 +61,12 @@ def plain_url(url: str) -> str:
     )
 
 
-def dialer(settings: Settings | None = None) -> Dialer:
+def dialer(settings: Settings) -> Dialer:
     """Connects host by host, each within LEASEQ_DB_CONNECT_TIMEOUT_SECONDS, and
     watches each connection for a vanished server (app/db/hosts.py). One per
     process for the same settings: the pools, the LISTEN connection and the fleet
     lock share which host answered last, so after a failover none of them pays
     the vanished host's timeout again on every reconnect."""
-    settings = settings or get_settings()
     return _dialer(settings.db_connect_timeout_seconds, settings.db_dead_peer_seconds)
 
 
@@ -92,17 +91,10 @@ def single_host_dsns(url: str) -> list[str]:
     return dsns
 
 
-async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
+async def connect(url: str, dial: Dialer, **kwargs: Any) -> asyncpg.Connection:
     """A connection of its own, outside the pools (the LISTEN connection, the fleet
     lock), to any postgres URL: libpq's multi-host form too."""
-    return await dialer()(dsn=single_host_dsns(url), **kwargs)
-
-
-def resolve_database_url() -> str:
-    url = get_settings().database_url
-    if url is None:
-        raise RuntimeError("no DATABASE_URL: run through `leaseq serve` or set DATABASE_URL")
-    return url
+    return await dial(dsn=single_host_dsns(url), **kwargs)
 
 
 SERVER_SETTINGS = {
@@ -139,7 +131,9 @@ def _statement_name() -> str:
     return f"__leaseq_{uuid.uuid4().hex}__"
 
 
-def connect_args(*, cached_plans: bool, pgbouncer: PgBouncerMode) -> dict[str, Any]:
+def connect_args(
+    *, dial: Dialer, cached_plans: bool, pgbouncer: PgBouncerMode
+) -> dict[str, Any]:
     """What asyncpg connects with, for LEASEQ_PGBOUNCER (docs/deploy.md).
 
     `off`: the server settings are startup parameters. Behind PgBouncer (any
@@ -155,7 +149,7 @@ def connect_args(*, cached_plans: bool, pgbouncer: PgBouncerMode) -> dict[str, A
     force_custom_plan asks for; the cached-plan pool keeps no plans either."""
     server_settings = CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS
     # SQLAlchemy's dialect hands its connect to this instead of asyncpg.connect.
-    dialing = {"async_creator_fn": dialer()}
+    dialing = {"async_creator_fn": dial}
     if pgbouncer == "off":
         return {"server_settings": server_settings, **dialing}
     args: dict[str, Any] = {
@@ -175,13 +169,14 @@ def create_engine(
     url: str,
     *,
     pool_size: int,
+    dial: Dialer,
+    pgbouncer: PgBouncerMode,
     pool_timeout: float = Settings.model_fields["pool_wait_seconds"].default,
     cached_plans: bool = False,
-    pgbouncer: PgBouncerMode | None = None,
 ) -> AsyncEngine:
-    """`pgbouncer`: the pool mode of a PgBouncer between us and PostgreSQL;
-    None reads LEASEQ_PGBOUNCER."""
-    mode = get_settings().pgbouncer if pgbouncer is None else pgbouncer
+    """`pgbouncer`: the pool mode of a PgBouncer between us and PostgreSQL
+    (LEASEQ_PGBOUNCER)."""
+    mode = pgbouncer
     engine = create_async_engine(
         asyncpg_url(url),
         pool_size=pool_size,
@@ -190,7 +185,7 @@ def create_engine(
         # No connection free for this long means the pool is starved; failing
         # fast as 503 beats a request hanging on it (app/queue/catalog.py).
         pool_timeout=pool_timeout,
-        connect_args=connect_args(cached_plans=cached_plans, pgbouncer=mode),
+        connect_args=connect_args(dial=dial, cached_plans=cached_plans, pgbouncer=mode),
     )
     if mode == "session":
         # The client keeps its server connection until it disconnects (PgBouncer
@@ -206,3 +201,15 @@ def create_engine(
             )
 
     return engine
+
+
+def engine_for(settings: Settings, *, pool_size: int, url: str | None = None) -> AsyncEngine:
+    """An engine for a command that is not the service (the CLI's, `leaseq
+    doctor`'s) on `url` or settings' DATABASE_URL, dialing as the service does."""
+    url = url or settings.database_url
+    if url is None:
+        raise RuntimeError("no DATABASE_URL: run through `leaseq serve` or set DATABASE_URL")
+    return create_engine(
+        url, pool_size=pool_size, dial=dialer(settings),
+        pgbouncer=settings.pgbouncer, pool_timeout=settings.pool_wait_seconds,
+    )

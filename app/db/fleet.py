@@ -26,6 +26,7 @@ import os
 import asyncpg
 
 from app.db.engine import connect
+from app.db.hosts import Dialer
 from app.db.queries import Query
 
 _log = logging.getLogger(__name__)
@@ -47,9 +48,11 @@ class FleetLock:
     true when this session got it), held while this process's connection lives."""
 
     def __init__(
-        self, url: str, acquire: Query, *, name: str, check_seconds: float = CHECK_SECONDS
+        self, url: str, acquire: Query, *, name: str, dial: Dialer,
+        check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self._url = url
+        self._dial = dial
         self._acquire = acquire
         self.name = name
         self._check = check_seconds
@@ -74,7 +77,7 @@ class FleetLock:
             connected = False
             try:
                 conn = await connect(
-                    self._url, server_settings={"application_name": self.name}
+                    self._url, self._dial, server_settings={"application_name": self.name}
                 )
                 connected = True
                 try:

@@ -257,9 +257,9 @@ async def examine(settings: Settings, url: str, deployment: Deployment,
                   head: str) -> list[Finding]:
     """Every check, on one connection to `url`."""
     from app.db.connector import Connector
-    from app.db.engine import create_engine
+    from app.db.engine import engine_for
 
-    engine = create_engine(url, pool_size=1, pgbouncer=settings.pgbouncer)
+    engine = engine_for(settings, pool_size=1, url=url)
     db = Connector(engine)
     try:
         try:

@@ -136,6 +136,10 @@ class QueueCatalog:
             if queue.id == queue_id:
                 del self._queue_cache[name]
 
+    async def gauges(self) -> list[Row]:
+        """Every queue's depth by state, per dead-letter source (queue_gauges)."""
+        return await self._db.fetch(Q.queue_gauges)
+
     # -- a request's queue ----------------------------------------------------
 
     async def lookup(self, session: Session, name: str) -> Queue:

@@ -16,6 +16,7 @@ is each process's own.
 from __future__ import annotations
 
 from app.db.fleet import FleetLock
+from app.db.hosts import Dialer
 from app.queue.sql import Q
 
 ROUNDS = ("retention sweep", "vacuum check")
@@ -24,8 +25,10 @@ ROUNDS = ("retention sweep", "vacuum check")
 class Maintenance:
     """The maintenance lock of this process, and what holding it means."""
 
-    def __init__(self, url: str) -> None:
-        self.lock = FleetLock(url, Q.try_maintenance_lock, name="leaseq-maintenance")
+    def __init__(self, url: str, *, dial: Dialer) -> None:
+        self.lock = FleetLock(
+            url, Q.try_maintenance_lock, name="leaseq-maintenance", dial=dial
+        )
 
     def running(self) -> list[str]:
         """The rounds this process runs for the fleet now (for /readyz)."""

@@ -62,6 +62,8 @@ class QueueService:
         hub: WaitHub,
         signer: ReceiptSigner,
         *,
+        group: GroupCommit,
+        events: QueueEvents,
         pool_wait_seconds: float = Settings.model_fields["pool_wait_seconds"].default,
     ) -> None:
         self._db = db
@@ -69,26 +71,16 @@ class QueueService:
         self._hub = hub
         self._signer = signer
         self._background: set[asyncio.Task[Any]] = set()
-        self.events = QueueEvents()
-        """Told each operation's outcome (the metrics replace it)."""
+        self.group = group
+        """The message cycle's statements, grouped (grouped.group_commit)."""
+        self.events = events
+        """Told each operation's outcome (the metrics)."""
         self.pool_wait_seconds = pool_wait_seconds
         """Longest a visibility change waits for its share of the pool (the
         engine's pool timeout bounds every other wait for a connection)."""
-        self.group = GroupCommit(
-            db,
-            [
-                grouped.SEND, grouped.CLAIM, grouped.DELETE, grouped.CHANGE,
-                grouped.SEND_FIFO, grouped.CLAIM_FIFO, grouped.DELETE_FIFO, grouped.CHANGE_FIFO,
-            ],
-            budget=max(1, db.cached_pool_size * 2 // 5),
-        )
 
     async def ping(self) -> None:
         await self._db.ping()
-
-    async def gauges(self) -> list[Row]:
-        """Every queue's depth by state, per dead-letter source (queue_gauges)."""
-        return await self._db.fetch(Q.queue_gauges)
 
     # -- plumbing -----------------------------------------------------------
 

@@ -30,14 +30,17 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from app.config import Settings
 from app.db.connector import listening
 from app.errors import Overloaded
+
+if TYPE_CHECKING:
+    from app.db.hosts import Dialer
 
 _log = logging.getLogger(__name__)
 
@@ -127,8 +130,6 @@ class WaitHub:
         self._quiet: dict[int, tuple[int, float]] = {}
         self.on_queue_changed: Callable[[int | None], None] = lambda _queue_id: None
         """Called with a queue id whose attributes changed (None: perhaps any)."""
-        self.on_notice: Callable[[str], None] = lambda _text: None
-        """Called with every notification that is not about a queue (`keys:changed`)."""
 
     # -- receivers ------------------------------------------------------------
 
@@ -303,9 +304,7 @@ class WaitHub:
             del self._lines[queue_id]
 
     def on_notification(self, text: str) -> None:
-        if not text[:1].isdigit():
-            self.on_notice(text)
-            return
+        """A notification about a queue (`Listener` hands the rest elsewhere)."""
         if text.endswith(":changed"):
             try:
                 changed = int(text.split(":")[0])
@@ -346,7 +345,6 @@ class WaitHub:
         self._listening = listening
         self._quiet.clear()
         self.on_queue_changed(None)
-        self.on_notice("*:changed")
         if listening:
             if self._degraded_task is not None:
                 self._degraded_task.cancel()
@@ -372,11 +370,19 @@ class WaitHub:
 
 
 class Listener:
-    """The LISTEN connection of one process; reconnects with backoff."""
+    """The LISTEN connection of one process; reconnects with backoff. Notifications
+    about a queue go to the hub, every other (`keys:changed`) to `notices`; while
+    it is reconnecting anything may have been missed, which `notices` hear as
+    `*:changed`."""
 
-    def __init__(self, url: str, hub: WaitHub) -> None:
+    def __init__(
+        self, url: str, hub: WaitHub, *, dial: Dialer,
+        notices: Sequence[Callable[[str], None]] = (),
+    ) -> None:
         self._url = url
         self._hub = hub
+        self._dial = dial
+        self._notices = tuple(notices)
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -394,9 +400,10 @@ class Listener:
         while True:
             try:
                 async with listening(
-                    self._url, CHANNEL, self._hub.on_notification, name="leaseq-listener"
+                    self._url, CHANNEL, self._dispatch, name="leaseq-listener",
+                    dial=self._dial,
                 ) as lost:
-                    self._hub.set_listening(True)
+                    self._set_listening(True)
                     self.connected.set()
                     backoff = 0.1
                     await lost.wait()
@@ -407,6 +414,19 @@ class Listener:
                 _log.warning("listener cannot connect (%s); retrying in %.1fs", exc, backoff)
             finally:
                 self.connected.clear()
-            self._hub.set_listening(False)
+            self._set_listening(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    def _dispatch(self, text: str) -> None:
+        if text[:1].isdigit():
+            self._hub.on_notification(text)
+            return
+        for hear in self._notices:
+            hear(text)
+
+    def _set_listening(self, listening: bool) -> None:
+        if listening != self._hub.listening:
+            self._hub.set_listening(listening)
+            for hear in self._notices:
+                hear("*:changed")
