@@ -5,10 +5,8 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { log } from './log.js';
 import { Worker } from './worker.js';
-
-const log = (/** @type {unknown[]} */ ...parts) =>
-  console.error(new Date().toISOString(), 'leaseq.worker:', ...parts);
 
 /** @param {string} spec `file.js[:export]` */
 export async function loadHandler(spec) {

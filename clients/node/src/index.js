@@ -4,4 +4,5 @@
 
 export { Client } from './client.js';
 export { HandlerCancelled, LeaseqError } from './errors.js';
-export { Lease, Worker } from './worker.js';
+export { Lease } from './lease.js';
+export { Worker } from './worker.js';
