@@ -10,19 +10,27 @@ Opt-in (`AsyncClient.batcher()`): a lone send pays up to `max_wait` of latency.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from leaseq.errors import ApiError, ClientError
 from leaseq.models import OutgoingMessage, Sent
-
-if TYPE_CHECKING:
-    from leaseq.client import AsyncClient
 
 MAX_BATCH = 10
 """The service's default batch limit (LEASEQ_MAX_BATCH), and SQS's."""
 
 MAX_BATCH_BYTES = 1024 * 1024
 """Body and attribute bytes one batch carries at most (a larger message goes alone)."""
+
+
+class BatchClient(Protocol):
+    """What a `SendBatcher` needs of its client (`AsyncClient` is one). The client
+    module makes batchers (`AsyncClient.batcher()`), so this module names no
+    client: the dependency goes one way."""
+
+    async def send_batch(
+        self, queue: str, messages: Sequence[OutgoingMessage]
+    ) -> list[Sent | ApiError]: ...
 
 
 class _Pending:
@@ -39,7 +47,7 @@ class SendBatcher:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: BatchClient,
         *,
         max_wait: float = 0.005,
         max_batch: int = MAX_BATCH,

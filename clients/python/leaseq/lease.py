@@ -56,7 +56,7 @@ class LeaseClock:
         if seconds <= 0:
             raise ValueError("a lease must last at least one second")
         self.handle = handle
-        self.seconds = seconds
+        self.lease_seconds = seconds
         self.period = period if period is not None else seconds / 3
         if not 0 < self.period < seconds:
             raise ValueError("the heartbeat period must be shorter than the lease")
@@ -71,6 +71,11 @@ class LeaseClock:
         self._callbacks: list[Callable[[CancelReason], None]] = []
         self.beats = 0
         self.failed_beats = 0
+
+    @property
+    def seconds(self) -> int:
+        """The earlier name of `lease_seconds`."""
+        return self.lease_seconds
 
     # -- the deadline ---------------------------------------------------------------
 
@@ -99,7 +104,7 @@ class LeaseClock:
             self._renewed_from = sent_at
             self._deadline = sent_at + granted
             # A shorter grant than the lease (the service's answer rules) beats sooner.
-            self._next_beat = sent_at + self.period * min(1.0, granted / self.seconds)
+            self._next_beat = sent_at + self.period * min(1.0, granted / self.lease_seconds)
 
     def beat_failed(self, at: float) -> None:
         """Retry after half a period (the lease tolerates a few failures in a row)."""
@@ -179,7 +184,7 @@ async def heartbeat(lease: LeaseClock, client: AsyncClient, queue: str) -> None:
         try:
             async with asyncio.timeout(max(lease.deadline - sent, 0.0)):
                 granted = await client.extend(
-                    queue, lease.handle, lease.seconds,
+                    queue, lease.handle, lease.lease_seconds,
                     request_timeout=max(lease.period, MIN_RETRY),
                 )
         except LOST as exc:
@@ -205,7 +210,7 @@ async def save_checkpoint(
         return None
     sent = lease.clock()
     try:
-        granted = await client.checkpoint(queue, lease.handle, cursor, timeout=lease.seconds)
+        granted = await client.checkpoint(queue, lease.handle, cursor, timeout=lease.lease_seconds)
     except LOST as exc:
         log.warning("checkpoint for %s: %s", _short(lease.handle), exc)
         lease.cancel(CancelReason.LEASE_LOST)
