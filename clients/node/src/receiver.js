@@ -32,9 +32,12 @@ export class Receiver {
     this.slotFreed = null;
   }
 
+  // Also ends a wait for a free slot, or a backoff, so that shutdown (the grace
+  // period, then cancelling) starts while every slot is still busy.
   stop() {
     this.stopping = true;
     this.stopPolling.abort();
+    this.wake();
   }
 
   // A slot may be free: a waiting loop looks again.
@@ -79,7 +82,7 @@ export class Receiver {
         failures += 1;
         const delay = Math.min(30, 0.25 * 2 ** Math.min(failures, 8));
         log(`receive failed (${err.message}); retrying in ${delay}s`);
-        await sleep(delay * 1000);
+        await sleep(delay * 1000, undefined, { signal: this.stopPolling.signal }).catch(() => {});
         continue;
       }
       failures = 0;
