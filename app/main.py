@@ -31,7 +31,7 @@ from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, dialer, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
-from app.queue.grouped import group_commit
+from app.queue.kinds import group_commit
 from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
@@ -270,11 +270,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                docs.router, ui.router, sqs.router)
     for router in routers:
         app.include_router(router)
-    if not settings.telemetry:
-        # FastAPI's telemetry wraps requests inside its own stack, which the lean
-        # path skips: with telemetry on, the cycle goes through FastAPI as well.
-        app.serve_lean(messages.router.routes)
-        app.serve_lean(sqs.router.routes)
+    app.serve_lean(messages.router.routes)
+    app.serve_lean(sqs.router.routes)
     rules = Rules(route for router in routers for route in router.routes)
     if app.openapi_url is not None:
         rules.add("GET", app.openapi_url, Needs.parse(["any"]))

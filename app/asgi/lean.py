@@ -9,7 +9,9 @@ the declared route by its own method and path pattern, passes the request
 through the application's middleware (the Guard among them) and runs the
 handler; every other request goes on to FastAPI. The handler owns its errors:
 the REST door's answer problem+json (app/api/decoding.py), the SQS door's
-its protocols' shapes.
+its protocols' shapes. With FastAPI's telemetry on, its request span and
+metrics wrap a lean request as they wrap any other, named by the declared
+route; the request is served the same way inside them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+
+# FastAPI's own steps of a request's telemetry, which FastAPI.__call__ and its
+# router take; a request served past them takes the same (pinned FastAPI:
+# requirements.lock; tests/rest/test_lean_path.py reads the spans they make).
+from fastapi.telemetry._api import _route_selected
+from fastapi.telemetry._asgi import _legacy_otel
 from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -63,34 +70,21 @@ F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 
 def serves(handler: Handler, *, before_body: BeforeBody | None = None) -> Callable[[F], F]:
-    """Marks a route declaration as implemented by `handler`: served on the lean
-    path by LeanApp, or by FastAPI when the lean path is off (FastAPI's telemetry
-    on). The declaration's own body never runs; FastAPI, serving it, still checks
-    the parameters it declares, then hands the request to the same handler."""
+    """Marks a route declaration as implemented by `handler`, which LeanApp
+    serves (`serve_lean`). The declaration documents the route: its OpenAPI
+    operation, and the methods its path allows (FastAPI's router answers 405
+    for the others). Its body never runs, nor does FastAPI ever serve it."""
 
     def mark(declaration: F) -> F:
         @functools.wraps(declaration)
-        async def endpoint(*_args: Any, _lean_request: Request, **_kwargs: Any) -> Response:
-            request = _lean_request
-            if before_body is not None:
-                refused = await before_body(request.scope, request.app.state)
-                if refused is not None:
-                    return response_of(refused)
-            answer = await handler(Call(
-                request.scope, request.receive, dict(request.path_params),
-                request.app.state, await request.body(),
-            ))
-            return response_of(answer)
+        async def endpoint(*_args: Any, **_kwargs: Any) -> None:
+            raise RuntimeError(
+                f"{declaration.__name__} is served by LeanApp.serve_lean, not by FastAPI"
+            )
 
-        declared = inspect.signature(declaration)
-        endpoint.__signature__ = declared.replace(  # type: ignore[attr-defined]
-            parameters=[
-                *declared.parameters.values(),
-                inspect.Parameter("_lean_request", inspect.Parameter.KEYWORD_ONLY,
-                                  annotation=Request),
-            ],
-            return_annotation=None,
-        )
+        endpoint.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+            declaration
+        ).replace(return_annotation=None)
         endpoint.__lean__ = handler  # type: ignore[attr-defined]
         endpoint.__before_body__ = before_body  # type: ignore[attr-defined]
         return endpoint  # type: ignore[return-value]
@@ -142,7 +136,7 @@ class Front:
     and a log line; the body limit; the Guard's checks), done for a lean request
     in one call that reads its headers once, instead of through a layer each.
     The same objects, by the same methods, serve the rest of the routes as
-    middleware; tests/test_lean_front.py holds the two ways to the same answers."""
+    middleware; tests/rest/test_lean_path_front.py holds the two ways to the same answers."""
 
     access: AccessLog
     limit: BodyLimit
@@ -196,9 +190,31 @@ class LeanApp(FastAPI):
                     scope[_BEFORE_BODY] = served.before_body
                     if self._lean_stack is None:
                         self._lean_stack = self._build_lean_stack()
-                    await self._lean_stack(scope, receive, send)
+                    if "fastapi.telemetry" not in scope and self._native_telemetry.enabled():
+                        await self._observed(served, scope, receive, send)
+                    else:
+                        await self._lean_stack(scope, receive, send)
                     return
         await super().__call__(scope, receive, send)
+
+    async def _observed(self, served: _Served, scope: Scope, receive: Receive,
+                        send: Send) -> None:
+        """A lean request inside FastAPI's telemetry (`LEASEQ_TELEMETRY`): its
+        server span and request metrics, as FastAPI.__call__ gives every request,
+        with the route FastAPI's router would have named."""
+        stack = self._lean_stack
+        assert stack is not None
+
+        async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+            _route_selected(scope=scope, path=served.route.path_format)
+            await stack(scope, receive, send)
+
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        await self._native_telemetry(
+            app=serve, scope=scope, receive=receive, send=send,
+            legacy_otel=_legacy_otel(self.middleware_stack),
+        )
 
     def _build_lean_stack(self) -> ASGIApp:
         app: ASGIApp
