@@ -1,6 +1,6 @@
 """A PostgreSQL primary and a streaming standby on local ports, for failover.
 
-Used by tests/test_failover.py and `python -m bench.failover`: a primary made
+Used by tests/operations/test_failover.py and `python -m bench.failover`: a primary made
 by initdb and a standby made from it by `pg_basebackup -R`, each on a free
 127.0.0.1 port in a temporary directory, the standby synchronous
 (`synchronous_standby_names` naming it, `synchronous_commit = on`) unless asked

@@ -33,6 +33,10 @@ from app.db.engine import plain_url
 from app.db.migrate import upgrade
 from app.main import create_app
 
+# The helpers that split test files share, imported by the test modules after
+# this file: their asserts report what they compared, as a test's own do.
+pytest.register_assert_rewrite("validation_support", "worker_support", "sqs_fifo_support")
+
 # Before any test reads a setting: the session's own home (tests/sandbox_home.py).
 SANDBOX = sandbox_home.enter()
 
@@ -129,7 +133,7 @@ def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Setting
             # The in-process clients call the app as http://leaseq.test.
             "allowed_hosts": "leaseq.test,localhost,127.0.0.1",
             # Tests send many messages in one request; the default (10) is
-            # tested in test_validation.py.
+            # tested in rest/test_validation_batches_and_request_size.py.
             "max_batch": 100,
             # Tests that want the retention sweeper set their own interval.
             "retention_sweep_seconds": 3600,

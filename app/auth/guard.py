@@ -323,7 +323,7 @@ def _authorize(rules: Rules, principal: Principal, method: str, path: str) -> No
     found = rules.find(method, path)
     if found is None:
         # Default deny: a route added without a declaration is refused to every
-        # key, not let through (tests/test_guard_rules.py fails on one).
+        # key, not let through (tests/auth/test_guard_rules.py fails on one).
         raise Forbidden(f"No key may {method} {path[:100]}.")
     needs, queue = found
     needs.check_request_line(principal, queue)

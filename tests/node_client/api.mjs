@@ -1,4 +1,4 @@
-// Run by tests/test_node_worker.py: the Node client's every call against the real
+// Run by tests/client/test_node_worker.py: the Node client's every call against the real
 // service (its URL is argv[2]); prints what came back as one JSON object.
 
 import { Client, LeaseqError } from '../../clients/node/src/index.js';

@@ -1,5 +1,5 @@
 // The whole SQS cycle with @aws-sdk/client-sqs against leaseq. Run by
-// tests/test_sqs_clients.py: ENDPOINT names the service; the test reads the
+// tests/sqs/test_sqs_clients.py: ENDPOINT names the service; the test reads the
 // lines this prints ("step <name>", and JSON at the end) and sends the message
 // that wakes the long poll once the service shows the receive waiting.
 import {

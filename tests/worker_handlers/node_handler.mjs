@@ -1,4 +1,4 @@
-// The handler the Node worker runs in tests/test_node_worker.py. The message body
+// The handler the Node worker runs in tests/client/test_node_worker.py. The message body
 // (JSON) says what to do: {"steps": n, "step": seconds, "checkpoint": bool}. Every
 // event is appended as a JSON line to the file LEASEQ_TEST_EVENTS names.
 

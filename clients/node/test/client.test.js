@@ -1,6 +1,6 @@
 // The client's requests and its reading of answers, against a local HTTP server
 // that records what it is sent (the real service is exercised by the project's
-// Python suite: tests/test_node_worker.py).
+// Python suite: tests/client/test_node_worker.py).
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer } from 'node:http';

@@ -1,7 +1,7 @@
 // The worker on a FIFO queue, against a local HTTP server that plays the service:
 // each group's messages run one at a time, in the order received, while groups
 // run side by side; after a failure the rest of the group is given back
-// unhandled. (The real service: tests/test_node_worker_fifo.py.)
+// unhandled. (The real service: tests/client/test_node_worker_fifo.py.)
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer } from 'node:http';

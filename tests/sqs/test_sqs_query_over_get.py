@@ -1,0 +1,152 @@
+"""The SQS Query protocol over GET: the actions that change nothing are answered,
+those that would are refused (also from another site's page), and with keys a GET
+is signed as a POST is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from conftest import ServeApp
+from sqs_clients import ACCOUNT
+
+
+async def test_a_state_changing_get_from_another_sites_page_is_refused(
+    served: tuple[str, Any], db: Any,
+) -> None:
+    """What a GET could be abused for is a page of another site making the browser
+    send one (an <img> on a loopback service that runs open). The Guard refuses
+    those on the SQS door too, before any action runs, read-only ones included."""
+    base, _ = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}):
+            for params in ({"Action": "CreateQueue", "QueueName": "csrf"},
+                           {"Action": "ListQueues"}):
+                answer = await http.get("/", params=params, headers=headers)
+                assert answer.status_code == 403, answer.text
+    assert await db.fetchval("SELECT count(*) FROM queues WHERE name = 'csrf'") == 0
+
+
+_CHANGES_OVER_GET = [
+    ({"Action": "CreateQueue", "QueueName": "made-by-get"}, "/"),
+    ({"Action": "SendMessage", "MessageBody": "x"}, f"/{ACCOUNT}/got"),
+    ({"Action": "SendMessageBatch", "SendMessageBatchRequestEntry.1.Id": "a",
+      "SendMessageBatchRequestEntry.1.MessageBody": "x"}, f"/{ACCOUNT}/got"),
+    ({"Action": "ReceiveMessage", "QueueUrl": "got"}, "/"),
+    ({"Action": "PurgeQueue"}, f"/{ACCOUNT}/got"),
+    ({"Action": "DeleteQueue", "QueueUrl": "got"}, "/"),
+    ({"Action": "SetQueueAttributes", "Attribute.1.Name": "DelaySeconds",
+      "Attribute.1.Value": "5"}, f"/{ACCOUNT}/got"),
+    ({"Action": "TagQueue", "Tag.1.Key": "k", "Tag.1.Value": "v"}, f"/{ACCOUNT}/got"),
+]
+
+
+async def test_query_protocol_over_get(served: tuple[str, Any], db: Any) -> None:
+    """GET with the parameters in the query string, at the root or the queue URL,
+    for the actions that change nothing; one that changes state is refused over a
+    GET (unless presigned: tests/auth/test_sqs_auth.py) and changes nothing."""
+    base, _ = served
+    async with httpx.AsyncClient(base_url=base) as http:
+        listed = await http.get("/?Action=ListQueues&Version=2012-11-05")
+        assert listed.status_code == 200, listed.text
+        assert listed.headers["content-type"].startswith("text/xml")
+        assert "<ListQueuesResponse" in listed.text and "<ListQueuesResult/>" in listed.text
+        created = await http.post("/", data={"Action": "CreateQueue", "QueueName": "got",
+                                             "Version": "2012-11-05"})
+        assert created.status_code == 200, created.text
+        sent = await http.post("/", data={"Action": "SendMessage", "QueueUrl": "got",
+                                          "MessageBody": "y"})
+        assert sent.status_code == 200, sent.text
+        before = await db.fetch("SELECT * FROM messages ORDER BY id")
+        for params, path in _CHANGES_OVER_GET:
+            answer = await http.get(path, params=params)
+            assert answer.status_code == 400, (params, answer.text)
+            assert "<Code>AWS.SimpleQueueService.UnsupportedOperation</Code>" in answer.text
+        assert await db.fetch("SELECT * FROM messages ORDER BY id") == before
+        assert await db.fetchval("SELECT count(*) FROM queues") == 1
+        found = await http.get(f"/{ACCOUNT}/got?Action=GetQueueUrl&QueueName=got")
+        assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in found.text
+        attributes = await http.get("/", params={
+            "Action": "GetQueueAttributes", "QueueUrl": "got", "AttributeName.1": "All"})
+        assert "<Name>DelaySeconds</Name><Value>0</Value>" in attributes.text
+        assert "<Name>ApproximateNumberOfMessages</Name><Value>1</Value>" in attributes.text
+        tags = await http.get("/", params={"Action": "ListQueueTags", "QueueUrl": "got"})
+        assert tags.status_code == 200 and "<Tag>" not in tags.text
+        listed = await http.get("/?Action=ListQueues")
+        assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in listed.text
+        # Refusals in XML, as a POST gets them.
+        for query, status, code in [
+            ("", 400, "MissingAction"),
+            ("?Version=2012-11-05", 400, "MissingAction"),
+            ("?Action=Frobnicate", 400, "InvalidAction"),
+            ("?Action=GetQueueUrl", 400, "MissingParameter"),
+            ("?Action=GetQueueUrl&QueueName=nope", 400,
+             "AWS.SimpleQueueService.NonExistentQueue"),
+            ("?Action=GetQueueAttributes&QueueUrl=got&AttributeName.1=Nope", 400,
+             "InvalidAttributeName"),
+        ]:
+            answer = await http.get("/" + query)
+            assert answer.status_code == status, (query, answer.text)
+            assert f"<Code>{code}</Code>" in answer.text, (query, answer.text)
+        # Another method: 405 naming the ones allowed, not a 500.
+        for method, path in [("PUT", "/"), ("DELETE", "/"), ("PATCH", "/"),
+                             ("PUT", f"/{ACCOUNT}/got"), ("DELETE", f"/{ACCOUNT}/got")]:
+            answer = await http.request(method, path + "?Action=ListQueues")
+            assert answer.status_code == 405, (method, path, answer.text)
+            assert set(answer.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+KEY_ID = "LQBOOTSTRAPADMIN0001"
+KEY_SECRET = "admin-secret-0123456789abcdefghij"
+
+
+def _signed_get(url: str, secret: str = KEY_SECRET) -> dict[str, str]:
+    """The headers of a GET signed in its Authorization header, as the SDKs sign."""
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "us-east-1").add_auth(request)
+    return dict(request.headers)
+
+
+async def test_query_over_get_is_signed(serve_factory: ServeApp) -> None:
+    """With keys, a GET needs the same header SigV4 as a POST, over its query string
+    (or a presigned signature: tests/auth/test_sqs_auth.py); half a presigned one is refused.
+    Signed or not, a GET that would change state is refused."""
+    base, _ = await serve_factory(admin_key=f"{KEY_ID}.{KEY_SECRET}")
+    async with httpx.AsyncClient() as http:
+        url = f"{base}/?Action=CreateQueue&QueueName=signed&Version=2012-11-05"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 400, answer.text
+        assert "<Code>AWS.SimpleQueueService.UnsupportedOperation</Code>" in answer.text
+        url = f"{base}/?Action=GetQueueUrl&QueueName=signed"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert "NonExistentQueue" in answer.text, answer.text
+        body = b"Action=CreateQueue&QueueName=signed&Version=2012-11-05"
+        request = AWSRequest(method="POST", url=f"{base}/", data=body, headers={
+            "Content-Type": "application/x-www-form-urlencoded"})
+        SigV4Auth(Credentials(KEY_ID, KEY_SECRET), "sqs", "us-east-1").add_auth(request)
+        answer = await http.post(f"{base}/", content=body, headers=dict(request.headers))
+        assert answer.status_code == 200, answer.text
+        unsigned = await http.get(f"{base}/?Action=ListQueues")
+        assert unsigned.status_code == 403
+        assert "<Code>MissingAuthenticationToken</Code>" in unsigned.text
+        signed = f"{base}/?Action=ListQueues"
+        for sent, headers, code in [
+            # Another query string than the one signed, or another secret.
+            (f"{base}/?Action=ListQueues&QueueNamePrefix=s", _signed_get(signed),
+             "SignatureDoesNotMatch"),
+            (f"{base}/?Action=DeleteQueue&QueueUrl=signed", _signed_get(signed),
+             "SignatureDoesNotMatch"),
+            (signed, _signed_get(signed, "not-the-secret"), "SignatureDoesNotMatch"),
+            (f"{base}/?Action=ListQueues&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+             f"{KEY_ID}%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Signature="
+             + "0" * 64, {}, "IncompleteSignature"),
+        ]:
+            answer = await http.get(sent, headers=headers)
+            assert answer.status_code == 403, (sent, answer.text)
+            assert f"<Code>{code}</Code>" in answer.text, (sent, answer.text)
+        url = f"{base}/?Action=GetQueueUrl&QueueName=signed"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 200, answer.text  # not deleted by the refused GET
