@@ -33,7 +33,8 @@ from app.config import Settings
 from app.errors import InvalidParameter
 from app.queue import limits
 from app.queue.models import EntryError, Lease, OutgoingMessage, ReceivedMessage
-from app.queue.service import QueueService, Settled
+from app.queue.service import QueueService
+from app.queue.settling import Settled
 from app.queue.tracecontext import TRACEPARENT, to_traceparent
 
 

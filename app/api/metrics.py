@@ -266,10 +266,11 @@ class Metrics(QueueEvents):
         self._child(self.sent_total, queue).inc(count)
 
     def received(
-        self, queue: str, count: int, lease: int, lapsed: int, waited: Sequence[float]
+        self, queue: str, count: int, visibility_timeout: int, lapsed: int,
+        waited: Sequence[float],
     ) -> None:
         self._child(self.received_total, queue).inc(count)
-        self.leases.of(queue).claimed(lease, lapsed)
+        self.leases.of(queue).claimed(visibility_timeout, lapsed)
         if lapsed:
             self._child(self.redelivered_total, queue).inc(lapsed)
         if waited:

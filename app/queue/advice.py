@@ -73,7 +73,8 @@ class QueueLeases:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._slots: deque[_Slot] = deque()
-        self.lease: int | None = None
+        self.visibility_timeout: int | None = None
+        """The last claim's, for the heartbeat period advised with it."""
 
     def _now_slot(self) -> _Slot:
         now = self._clock()
@@ -89,8 +90,8 @@ class QueueLeases:
             bucket = _bucket(value)
             buckets[bucket] = buckets.get(bucket, 0) + 1
 
-    def claimed(self, lease: int, lapsed: int) -> None:
-        self.lease = lease
+    def claimed(self, visibility_timeout: int, lapsed: int) -> None:
+        self.visibility_timeout = visibility_timeout
         self._now_slot().lapsed += lapsed
 
     def beat(self, count: int) -> None:
@@ -119,7 +120,8 @@ class QueueLeases:
             advised = min(MAX_LEASE, math.ceil(max(p999 * HEADROOM,
                                                     p999 + MIN_HEADROOM_SECONDS)))
         warnings = []
-        if p999 is not None and self.lease is not None and self.lease < p999 and beats == 0:
+        lease = self.visibility_timeout
+        if p999 is not None and lease is not None and lease < p999 and beats == 0:
             warnings.append("lease_below_p999")
         now = self._clock()
         recent = sum(s.lapsed for s in self._slots if s.start > now - WINDOW_SECONDS / 2)
@@ -129,8 +131,10 @@ class QueueLeases:
             samples=samples,
             held_p999_seconds=None if p999 is None else round(p999, 3),
             visibility_timeout=advised,
-            heartbeat_seconds=None if self.lease is None else max(1, self.lease // 3),
-            lease_seconds=self.lease,
+            heartbeat_seconds=(
+                None if self.visibility_timeout is None else max(1, self.visibility_timeout // 3)
+            ),
+            lease_seconds=self.visibility_timeout,
             heartbeats=beats,
             redelivered_after_expiry=lapsed,
             warnings=tuple(warnings),

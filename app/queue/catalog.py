@@ -329,10 +329,10 @@ class QueueCatalog:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
             purged = await session.execute(Q.purge_queue, {"queue_id": queue.id})
-            if queue.attributes.fifo:
-                # Their groups are left for the claims to find empty (a send may
-                # be putting a message into one of them right now).
-                await session.execute(Q.touch_groups, {"queue_id": queue.id, "ids": None})
+            # A FIFO queue's groups are left for the claims to find empty (a
+            # send may be putting a message into one of them right now).
+            for statement in queue.kind.free_groups:
+                await session.execute(statement, {"queue_id": queue.id, "ids": None})
             return purged
 
 

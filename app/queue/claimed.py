@@ -4,7 +4,6 @@ they were sent typed), the receipt handle signed, FIFO's fields on a FIFO queue.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from app.db.connector import Row
 from app.queue import typed
@@ -21,6 +20,7 @@ def claimed(
     checkpoint = row["checkpoint"]
     # Most messages carry no attributes: no JSON to read, nothing to type.
     flat = {} if text == "{}" else json.loads(text)
+    claim = Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
     return ReceivedMessage(
         message_id=str(row["message_id"]),
         body=row["body"],
@@ -31,9 +31,8 @@ def claimed(
         ),
         sender_id=row["sender_id"],
         trace_header=row["trace_header"],
-        receipt_handle=signer.encode(
-            Receipt(queue_id=queue.id, message_row=row["id"], claim_token=row["claim_token"])
-        ),
+        receipt_handle=signer.encode(claim),
+        claim=claim,
         receive_count=row["receive_count"],
         fencing_token=row["fencing_token"],
         visibility_timeout=visibility_timeout,
@@ -41,13 +40,5 @@ def claimed(
         sent_at=row["sent_at"],
         first_received_at=row["first_received_at"],
         checkpoint=None if checkpoint is None else json.loads(checkpoint),
-        **(_fifo_fields(row) if queue.attributes.fifo else {}),
+        **queue.kind.received_fields(row),
     )
-
-
-def _fifo_fields(row: Row) -> dict[str, Any]:
-    return {
-        "group_id": row["group_id"],
-        "sequence_number": str(row["sequence_number"]),
-        "deduplication_id": row["deduplication_id"],
-    }

@@ -14,12 +14,14 @@ class QueueEvents:
         """`count` messages accepted (durable)."""
 
     def received(
-        self, queue: str, count: int, lease: int, lapsed: int, waited: Sequence[float]
+        self, queue: str, count: int, visibility_timeout: int, lapsed: int,
+        waited: Sequence[float],
     ) -> None:
-        """A receive claimed `count` messages for `lease` seconds; `lapsed` of them were taken after
-        their previous lease ran out (the essay's duplicate-work signal: a handler
-        that outlived its lease); `waited` is the send-to-first-receive time of each
-        first delivery, on the database clock."""
+        """A receive claimed `count` messages for `visibility_timeout` seconds;
+        `lapsed` of them were taken after their previous lease ran out (the
+        essay's duplicate-work signal: a handler that outlived its lease);
+        `waited` is the send-to-first-receive time of each first delivery, on
+        the database clock."""
 
     def empty_receive(self, queue: str) -> None:
         """A receive answered with no message."""

@@ -14,9 +14,9 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from app.db.connector import Connector, Row
+from app.db.connector import Row
 from app.db.queries import Query
-from app.queue.group_commit import GroupCommit, Grouped, Statement
+from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
 from app.queue.sql import Q
 from app.queue.waiting import Ready
@@ -190,12 +190,11 @@ def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
 
 
 def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
-    """Undoes the claims of `rows`, which reached no receiver (give_back_claims;
-    a FIFO queue's, give_back_fifo_claims: their groups freed too)."""
+    """Undoes the claims of `rows`, which reached no receiver (the queue kind's
+    give_back: a FIFO queue's frees their groups too)."""
     if not rows:
         return None
-    query = Q.give_back_fifo_claims if queue.attributes.fifo else Q.give_back_claims
-    return query, {
+    return queue.kind.give_back, {
         "queue_id": queue.id,
         "ids": [row["id"] for row in rows],
         "tokens": [row["claim_token"] for row in rows],
@@ -412,13 +411,3 @@ def fifo_send_notice(queue_id: int, delay: int, rows: list[Row]) -> Ready:
     if delay > 0:
         return Ready(queue_id, 0, float(delay) if stored else None)
     return Ready(queue_id, stored)
-
-
-def group_commit(db: Connector) -> GroupCommit:
-    """The message cycle's statements, each grouped per queue. Heartbeats may
-    hold two fifths of the cached-plan pool (GroupCommit's budget)."""
-    return GroupCommit(
-        db,
-        [SEND, CLAIM, DELETE, CHANGE, SEND_FIFO, CLAIM_FIFO, DELETE_FIFO, CHANGE_FIFO],
-        budget=max(1, db.cached_pool_size * 2 // 5),
-    )

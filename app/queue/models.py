@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.queue.kinds import QueueKind
+    from app.queue.receipts import Receipt
 
 JSON = Any
 
@@ -51,6 +55,14 @@ class Queue:
     created_at: datetime
     updated_at: datetime
     dead_letter_queue_id: int | None = None
+    kind: QueueKind = field(init=False, repr=False, compare=False)
+    """Standard or FIFO: its statements and rules (app/queue/kinds.py), chosen
+    here, once, from the attributes."""
+
+    def __post_init__(self) -> None:
+        from app.queue.kinds import kind_of  # the kinds' statements name Queue
+
+        object.__setattr__(self, "kind", kind_of(self.attributes))
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,9 @@ class ReceivedMessage:
     sent_at: datetime
     first_received_at: datetime
     checkpoint: JSON
+    claim: Receipt
+    """What `receipt_handle` signs, for the engine's own use within the request
+    (undoing or recording the claim) without decoding the handle again."""
     # Every attribute with its type: `attributes` as String ones, plus the typed.
     typed_attributes: dict[str, MessageAttribute] = field(default_factory=dict)
     sender_id: str | None = None

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.db.connector import Connector, Session
-from app.queue.catalog import QueueCatalog
+from app.queue import limits
+from app.queue.catalog import QueueCatalog, check_range
 from app.queue.models import Queue, ReceivedMessage
-from app.queue.sql import Q
 from app.queue.waiting import Seat, Waiter, WaitHub
 
 
@@ -57,15 +57,17 @@ receiver that parks later reads the outlook for itself."""
 
 
 async def outlook(session: Session, queue: Queue) -> Outlook:
-    if queue.attributes.fifo:
-        (row,) = await session.fetch(Q.fifo_outlook, {"queue_id": queue.id})
-    else:
-        (row,) = await session.fetch(
-            Q.queue_outlook,
-            {"queue_id": queue.id, "retention": queue.attributes.message_retention},
-        )
+    (row,) = await session.fetch(*queue.kind.outlook(queue))
     due_in = row["due_in"]
     return Outlook(due_in=None if due_in is None else float(due_in), more_now=bool(row["more_now"]))
+
+
+def check_receive(max_messages: int, visibility_timeout: int | None, wait: int | None) -> None:
+    check_range("max", max_messages, limits.RECEIVE_MAX)
+    if visibility_timeout is not None:
+        check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
+    if wait is not None:
+        check_range("wait", wait, limits.RECEIVE_WAIT)
 
 
 class Receive:

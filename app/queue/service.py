@@ -12,23 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from app.config import Settings
 from app.db.connector import Connector, ConstraintViolation, Row
-from app.errors import (
-    InvalidParameter,
-    InvalidReceiptHandle,
-    LeaseLost,
-    Overloaded,
-    QueueNotFound,
-)
+from app.errors import InvalidReceiptHandle, LeaseLost, Overloaded, QueueNotFound
 from app.queue import grouped, limits, peeking
+from app.queue.attempts import ReceiveAttempts
 from app.queue.catalog import QueueCatalog, check_range
 from app.queue.claimed import claimed
 from app.queue.events import QueueEvents
-from app.queue.group_commit import GroupCommit, Statement
+from app.queue.group_commit import GroupCommit
 from app.queue.grouped import Change, Deleted, Handle
 from app.queue.models import (
     EntryError,
@@ -41,8 +36,9 @@ from app.queue.models import (
     SentMessage,
 )
 from app.queue.receipts import Receipt, ReceiptSigner
-from app.queue.receiving import Gone, Receive
-from app.queue.sending import accept, fifo_outgoing, standard_outgoing
+from app.queue.receiving import Gone, Receive, check_receive
+from app.queue.sending import accept
+from app.queue.settling import Settled, acknowledged, check_settling
 from app.queue.sql import Q
 from app.queue.waiting import Ready, WaitHub
 
@@ -70,9 +66,10 @@ class QueueService:
         self.queues = queues
         self._hub = hub
         self._signer = signer
+        self._attempts = ReceiveAttempts(db, signer)
         self._background: set[asyncio.Task[Any]] = set()
         self.group = group
-        """The message cycle's statements, grouped (grouped.group_commit)."""
+        """The message cycle's statements, grouped (kinds.group_commit)."""
         self.events = events
         """Told each operation's outcome (the metrics)."""
         self.pool_wait_seconds = pool_wait_seconds
@@ -84,32 +81,41 @@ class QueueService:
 
     # -- plumbing -----------------------------------------------------------
 
+    def _receipt(self, queue: Queue, handle: str) -> Receipt:
+        """The claim a receipt handle names: the one place a request decodes one
+        (InvalidReceiptHandle for a handle not signed for this queue)."""
+        return self._signer.decode(handle, queue_id=queue.id)
+
     def _receipts(
         self, queue: Queue, handles: Sequence[str]
     ) -> list[Receipt | InvalidReceiptHandle]:
         decoded: list[Receipt | InvalidReceiptHandle] = []
         for handle in handles:
             try:
-                decoded.append(self._signer.decode(handle, queue_id=queue.id))
+                decoded.append(self._receipt(queue, handle))
             except InvalidReceiptHandle as exc:
                 decoded.append(exc)
         return decoded
 
-    def _give_back(self, queue: Queue, rows: list[Row]) -> None:
-        """Undoes claims that will reach no one, in the background: the request
-        that made them is being cancelled. Should it fail, their leases run out."""
+    async def _give_back(self, queue: Queue, rows: list[Row]) -> None:
+        """Undoes claims that will reach no receiver (their request was cancelled,
+        or its client left), so they are visible again at once rather than after
+        a whole lease; should that fail, the leases run out instead. The claims a
+        grouped statement made for a request cancelled while it ran are given
+        back by group commit (`Grouped.undo`), with the same statement."""
         statement = grouped.give_back(queue, rows)
         if statement is None:
             return
-        task = asyncio.get_running_loop().create_task(self._run_quietly(statement))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _run_quietly(self, statement: Statement) -> None:
         try:
             await self._db.fetch(*statement)
         except Exception:
             _log.warning("could not give back an abandoned claim", exc_info=True)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs `work` past the request that asked for it (one being cancelled)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _notify_here(self, notice: Callable[[], Ready | None]) -> None:
         # The committed NOTIFY reaches this process's listener too; only while
@@ -140,37 +146,14 @@ class QueueService:
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
         queue = await self.queues.find(name)
-        if queue.attributes.fifo:
-            return await self._send_fifo(queue, messages)
-        results, accepted, outgoing = accept(queue, messages, standard_outgoing)
+        kind = queue.kind
+        results, accepted, outgoing = accept(queue, messages, kind.outgoing)
         if outgoing:
-            rows = await self.group.run(
-                grouped.SEND, (queue.id, queue.attributes.message_retention), outgoing
-            )
-            self._notify_here(lambda: grouped.send_notice(queue.id, rows))
+            rows = await self.group.run(kind.send, kind.send_key(queue), outgoing)
+            self._notify_here(lambda: kind.send_notice(queue, rows))
             self.events.sent(queue.name, len(rows))
             for index, row in zip(accepted, rows, strict=True):
-                results[index] = SentMessage(
-                    message_id=str(row["message_id"]), sent_at=row["sent_at"]
-                )
-        return [result for result in results if result is not None]
-
-    async def _send_fifo(
-        self, queue: Queue, messages: Sequence[OutgoingMessage]
-    ) -> list[SentMessage | EntryError]:
-        """send for a FIFO queue: every message in a group, deduplicated."""
-        results, accepted, outgoing = accept(queue, messages, fifo_outgoing)
-        if outgoing:
-            delay = queue.attributes.delay
-            rows = await self.group.run(grouped.SEND_FIFO, (queue.id, delay), outgoing)
-            self._notify_here(lambda: grouped.fifo_send_notice(queue.id, delay, rows))
-            self.events.sent(queue.name, len(rows))
-            for index, row in zip(accepted, rows, strict=True):
-                results[index] = SentMessage(
-                    message_id=str(row["message_id"]),
-                    sent_at=row["sent_at"],
-                    sequence_number=str(row["sequence_number"]),
-                )
+                results[index] = kind.sent(row)
         return [result for result in results if result is not None]
 
     async def _claim(
@@ -195,10 +178,8 @@ class QueueService:
         received: list[ReceivedMessage] = []
         taken: list[Row] = []  # claimed by earlier rounds
         acked: dict[int, float | None] = {}
-        claim = grouped.CLAIM_FIFO if queue.attributes.fifo else grouped.CLAIM
-        # A FIFO receive settles its acknowledgements before it claims (their
-        # groups' rows are locked in group order, a claim's are skipped).
-        assert not (acks and queue.attributes.fifo)
+        claim = queue.kind.claim
+        assert queue.kind.acks_ride_claims or not acks
         for _ in range(_DEAD_LETTER_ROUNDS):
             take = grouped.Take(count - len(received), acks)
             acks = ()  # only the first round carries them
@@ -207,7 +188,7 @@ class QueueService:
             except asyncio.CancelledError:
                 # This round's share is given back by group commit; the
                 # earlier rounds' are this receive's to give back.
-                self._give_back(queue, taken)
+                self._in_background(self._give_back(queue, taken))
                 raise
             taken.extend(share.rows)
             acked.update(share.acked)
@@ -219,10 +200,12 @@ class QueueService:
                 break
         return received, acked
 
-    def _tell_claimed(self, queue: Queue, rows: list[Row], dead: int, lease: int) -> None:
+    def _tell_claimed(
+        self, queue: Queue, rows: list[Row], dead: int, visibility_timeout: int
+    ) -> None:
         if rows:
             self.events.received(
-                queue.name, len(rows), lease, sum(1 for row in rows if row["lapsed"]),
+                queue.name, len(rows), visibility_timeout, sum(1 for row in rows if row["lapsed"]),
                 [(row["first_received_at"] - row["sent_at"]).total_seconds()
                  for row in rows if row["receive_count"] == 1],
             )
@@ -243,8 +226,10 @@ class QueueService:
 
         `gone` is set when the client has disconnected: then nothing more is
         claimed (a claim for a gone client is a message stuck for a whole lease).
+        `attempt_id` comes checked by the door (each refuses a bad one in its
+        own words, before anything else of the request is done).
         """
-        _check_receive(max_messages, visibility_timeout, wait)
+        check_receive(max_messages, visibility_timeout, wait)
         if attempt_id is not None:
             received = await self._attempt(
                 name, attempt_id, max_messages=max_messages,
@@ -258,24 +243,16 @@ class QueueService:
             )
             received = await receive.run()
         if received and gone is not None and gone.is_set():
-            await self._give_back_now(name, received)
+            # The client went while the claim's statement ran.
+            queue = await self.queues.find(name)
+            await self._give_back(queue, [
+                {"id": m.claim.message_row, "claim_token": m.claim.claim_token}
+                for m in received
+            ])
             return []
         if not received:
             self.events.empty_receive(name)
         return received
-
-    async def _give_back_now(self, name: str, received: list[ReceivedMessage]) -> None:
-        """Undoes a claim that finished after its client left (the client went
-        while the claim's statement ran): nobody will receive these messages,
-        so they are visible again at once rather than after a whole lease."""
-        queue = await self.queues.find(name)
-        rows: list[Row] = []
-        for message in received:
-            receipt = self._signer.decode(message.receipt_handle, queue_id=queue.id)
-            rows.append({"id": receipt.message_row, "claim_token": receipt.claim_token})
-        statement = grouped.give_back(queue, rows)
-        if statement is not None:
-            await self._run_quietly(statement)
 
     async def _attempt(
         self,
@@ -287,39 +264,21 @@ class QueueService:
         wait: int | None,
         gone: Gone | None,
     ) -> list[ReceivedMessage]:
-        """A FIFO receive with a receive request attempt id: retried within five
-        minutes, it answers what the first claimed, while its claims still hold
-        (leases set from now again, the same receipt handles); else it claims
-        anew and is remembered. A standard queue ignores the id (as SQS)."""
+        """A receive with a receive request attempt id (attempts.py): replayed,
+        or claimed anew and remembered. A standard queue ignores the id (as SQS)."""
         queue = await self.queues.find(name)
         receive = Receive(
             self._db, self.queues, self._hub, self._claim, name,
             max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait,
             gone=gone,
         )
-        if not queue.attributes.fifo:
+        if not queue.kind.remembers_attempts:
             return await receive.run()
-        if not limits.FIFO_ID.fullmatch(attempt_id):
-            raise InvalidParameter(
-                "A receive request attempt id is 1-128 letters, digits and punctuation."
-            )
-        rows = await self._db.fetch(
-            Q.replay_receive_attempt, {"queue_id": queue.id, "attempt_id": attempt_id}
-        )
-        if rows:
-            rows.sort(key=lambda row: row["sequence_number"])
-            return [claimed(queue, row, row["visibility_timeout"], self._signer) for row in rows]
+        replayed = await self._attempts.replay(queue, attempt_id)
+        if replayed:
+            return replayed
         received = await receive.run()
-        if received:
-            lease = received[0].visibility_timeout
-            receipts = [self._signer.decode(m.receipt_handle, queue_id=queue.id) for m in received]
-            await self._db.fetch(Q.record_receive_attempt, {
-                "queue_id": queue.id,
-                "attempt_id": attempt_id,
-                "message_rows": [r.message_row for r in receipts],
-                "claim_tokens": [r.claim_token for r in receipts],
-                "visibility_timeout": lease,
-            })
+        await self._attempts.record(queue, attempt_id, received)
         return received
 
     async def settle(
@@ -328,7 +287,7 @@ class QueueService:
         """What a worker finished (`delete`) and what it still holds (`extend`:
         handle, visibility timeout), applied together as a receive brings them:
         each through its grouped statement, both at once. One result per entry."""
-        _check_settling(delete, extend)
+        check_settling(delete, extend)
         if not extend:  # the common case: no task to run both at once
             return (await self.delete(name, delete) if delete else []), []
         if not delete:
@@ -354,11 +313,11 @@ class QueueService:
         for a short poll of a known queue that extends nothing, by the claim's
         own statement: the acknowledgements deleted and the messages claimed in
         one statement (claim_messages)."""
-        _check_receive(max_messages, visibility_timeout, wait)
-        _check_settling(delete, extend)
+        check_receive(max_messages, visibility_timeout, wait)
+        check_settling(delete, extend)
         queue = self.queues.cached(name)
         one_statement = (
-            queue is not None and bool(delete) and not extend and not queue.attributes.fifo
+            queue is not None and bool(delete) and not extend and queue.kind.acks_ride_claims
             and (queue.attributes.receive_wait if wait is None else wait) == 0
             and not (gone is not None and gone.is_set())
         )
@@ -373,10 +332,11 @@ class QueueService:
         acks = tuple(
             Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)
         )
-        lease = queue.attributes.visibility_timeout if visibility_timeout is None else (
-            visibility_timeout
+        if visibility_timeout is None:
+            visibility_timeout = queue.attributes.visibility_timeout
+        received, acked = await self._claim_acking(
+            queue, visibility_timeout, max_messages, acks
         )
-        received, acked = await self._claim_acking(queue, lease, max_messages, acks)
         if not received:
             self.events.empty_receive(name)
         return Settled(self._results_told(queue, receipts, acked), [], received)
@@ -430,7 +390,7 @@ class QueueService:
         A change whose statement had already started may still land: like a
         lost answer, harmless, as a beat sets the lease from now again."""
         queue_id = queue.id
-        change = grouped.CHANGE_FIFO if queue.attributes.fifo else grouped.CHANGE
+        change = queue.kind.change
         timer = asyncio.timeout(self.pool_wait_seconds)
         try:
             async with timer:
@@ -452,7 +412,7 @@ class QueueService:
             check_range("delay", delay, limits.RELEASE_DELAY)
         async with self._db.session() as session:
             queue = await self.queues.find(name, session)
-            receipt = self._signer.decode(handle, queue_id=queue.id)
+            receipt = self._receipt(queue, handle)
             row = await session.fetchrow(
                 Q.release_message,
                 {
@@ -465,9 +425,9 @@ class QueueService:
             if row is None:
                 self.events.lease_lost(queue.name, 1)
                 raise LeaseLost()
-            if queue.attributes.fifo:
+            for statement in queue.kind.free_groups:
                 await session.execute(
-                    Q.touch_groups, {"queue_id": queue.id, "ids": [receipt.message_row]}
+                    statement, {"queue_id": queue.id, "ids": [receipt.message_row]}
                 )
             waited = max(float(row["delay"]), 0.0)
             notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
@@ -481,15 +441,14 @@ class QueueService:
         queue = await self.queues.find(name)
         receipts = self._receipts(queue, handles)
         valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
-        acknowledge = grouped.DELETE_FIFO if queue.attributes.fifo else grouped.DELETE
-        deleted = await self.group.run(acknowledge, queue.id, valid) if valid else {}
+        deleted = await self.group.run(queue.kind.delete, queue.id, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
 
     def _results_told(
         self, queue: Queue, receipts: list[Receipt | InvalidReceiptHandle],
         deleted: Deleted,
     ) -> list[EntryError | None]:
-        results = _acknowledged(receipts, deleted)
+        results = acknowledged(receipts, deleted)
         if deleted:
             self.events.deleted(
                 queue.name, len(deleted), [h for h in deleted.values() if h is not None]
@@ -508,7 +467,7 @@ class QueueService:
             check_range("timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
         async with self._db.session() as session:
             queue = await self.queues.find(name, session)
-            receipt = self._signer.decode(handle, queue_id=queue.id)
+            receipt = self._receipt(queue, handle)
             if visibility_timeout is None:
                 visibility_timeout = queue.attributes.visibility_timeout
             row = await session.fetchrow(
@@ -536,45 +495,3 @@ class QueueService:
         """Messages of a queue as an operator sees them, without claiming any."""
         return await peeking.peek(self._db, self.queues, name, state=state, limit=limit,
                                   after=after, body_chars=body_chars)
-
-
-class Settled(NamedTuple):
-    """A worker's receive: one result per acknowledgement and per extension,
-    in request order, and the messages it claimed."""
-
-    deleted: list[EntryError | None]
-    extended: list[Lease | EntryError]
-    received: list[ReceivedMessage]
-
-
-def _check_receive(max_messages: int, visibility_timeout: int | None, wait: int | None) -> None:
-    check_range("max", max_messages, limits.RECEIVE_MAX)
-    if visibility_timeout is not None:
-        check_range("visibility_timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
-    if wait is not None:
-        check_range("wait", wait, limits.RECEIVE_WAIT)
-
-
-def _check_settling(delete: Sequence[str], extend: Sequence[tuple[str, int]]) -> None:
-    if delete and extend and set(delete) & {handle for handle, _ in extend}:
-        raise InvalidParameter(
-            "A receipt handle is either deleted or extended by one request, not both."
-        )
-
-
-def _acknowledged(
-    receipts: list[Receipt | InvalidReceiptHandle], deleted: Deleted
-) -> list[EntryError | None]:
-    """Each acknowledgement's result: its message deleted (once: a handle given
-    twice fails the second time), else lease_lost, or its handle's error."""
-    results: list[EntryError | None] = []
-    seen: set[int] = set()
-    for receipt in receipts:
-        if isinstance(receipt, InvalidReceiptHandle):
-            results.append(EntryError(receipt))
-        elif receipt.message_row in deleted and receipt.message_row not in seen:
-            seen.add(receipt.message_row)
-            results.append(None)
-        else:
-            results.append(EntryError(LeaseLost()))
-    return results

@@ -1,0 +1,135 @@
+"""The two kinds of queue, standard and FIFO, each with its own statements and
+rules. A queue's kind is chosen once, when the queue is read (`Queue.kind`);
+the engine then asks its queue's kind and never branches on FIFO.
+
+What a FIFO queue does differently, and why it has statements of its own:
+its messages are in groups, and a group's messages are delivered one claim at
+a time, in order. Its statements therefore read and write the group rows
+(`message_groups`) beside the messages: a claim takes the heads of unlocked
+groups, an acknowledgement, release or lapse frees the group, and a send
+deduplicates and numbers its messages (docs/fifo.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.db.connector import Connector, Row
+from app.db.queries import Query
+from app.queue import grouped
+from app.queue.group_commit import GroupCommit, Grouped, Statement
+from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
+from app.queue.sending import fifo_outgoing, standard_outgoing
+from app.queue.sql import Q
+from app.queue.waiting import Ready
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKind:
+    name: str
+    send: Grouped[tuple[int, int], Any, list[Row]]
+    send_key: Callable[[Queue], tuple[int, int]]
+    """What one send statement shares besides the queue (the key of its line)."""
+    outgoing: Callable[[QueueAttributes, OutgoingMessage], Any]
+    """A checked message as the kind's send statement takes it."""
+    send_notice: Callable[[Queue, list[Row]], Ready]
+    """What the send statement announced (in SQL), worked out again for this
+    process's receivers while its LISTEN connection is down."""
+    sent: Callable[[Row], SentMessage]
+    claim: Grouped[grouped.ClaimKey, grouped.Take, grouped.Claimed]
+    delete: Grouped[int, grouped.Handle, grouped.Deleted]
+    change: Grouped[int, grouped.Change, dict[int, Row]]
+    give_back: Query
+    """Undoes claims that reached no receiver (ids, claim tokens)."""
+    free_groups: tuple[Query, ...]
+    """Run, in the same transaction, after messages were released (`ids`, their
+    rows) or purged (`ids` None): their groups may be claimed again."""
+    outlook: Callable[[Queue], Statement]
+    """When the next message becomes claimable, and whether one is now."""
+    received_fields: Callable[[Row], dict[str, Any]]
+    """What a claimed message carries beyond a standard queue's."""
+    acks_ride_claims: bool
+    """Whether a claim's statement may also delete a worker's acknowledgements.
+    A FIFO receive settles them first: their groups' rows are locked in group
+    order, which a claim (skipping locked groups) does not keep."""
+    remembers_attempts: bool
+    """Whether a receive request attempt id replays what its first try claimed
+    (SQS's ReceiveRequestAttemptId; a standard queue ignores it, as SQS does)."""
+
+
+def _sent(row: Row) -> SentMessage:
+    return SentMessage(message_id=str(row["message_id"]), sent_at=row["sent_at"])
+
+
+def _sent_in_sequence(row: Row) -> SentMessage:
+    return SentMessage(
+        message_id=str(row["message_id"]), sent_at=row["sent_at"],
+        sequence_number=str(row["sequence_number"]),
+    )
+
+
+def _in_group(row: Row) -> dict[str, Any]:
+    return {
+        "group_id": row["group_id"],
+        "sequence_number": str(row["sequence_number"]),
+        "deduplication_id": row["deduplication_id"],
+    }
+
+
+STANDARD = QueueKind(
+    name="standard",
+    send=grouped.SEND,
+    send_key=lambda queue: (queue.id, queue.attributes.message_retention),
+    outgoing=standard_outgoing,
+    send_notice=lambda queue, rows: grouped.send_notice(queue.id, rows),
+    sent=_sent,
+    claim=grouped.CLAIM,
+    delete=grouped.DELETE,
+    change=grouped.CHANGE,
+    give_back=Q.give_back_claims,
+    free_groups=(),
+    outlook=lambda queue: (Q.queue_outlook, {
+        "queue_id": queue.id, "retention": queue.attributes.message_retention,
+    }),
+    received_fields=lambda _row: {},
+    acks_ride_claims=True,
+    remembers_attempts=False,
+)
+
+FIFO = QueueKind(
+    name="fifo",
+    send=grouped.SEND_FIFO,
+    send_key=lambda queue: (queue.id, queue.attributes.delay),
+    outgoing=fifo_outgoing,
+    send_notice=lambda queue, rows: grouped.fifo_send_notice(
+        queue.id, queue.attributes.delay, rows
+    ),
+    sent=_sent_in_sequence,
+    claim=grouped.CLAIM_FIFO,
+    delete=grouped.DELETE_FIFO,
+    change=grouped.CHANGE_FIFO,
+    give_back=Q.give_back_fifo_claims,
+    free_groups=(Q.touch_groups,),
+    outlook=lambda queue: (Q.fifo_outlook, {"queue_id": queue.id}),
+    received_fields=_in_group,
+    acks_ride_claims=False,
+    remembers_attempts=True,
+)
+
+KINDS = (STANDARD, FIFO)
+
+
+def kind_of(attributes: QueueAttributes) -> QueueKind:
+    return FIFO if attributes.fifo else STANDARD
+
+
+def group_commit(db: Connector) -> GroupCommit:
+    """Every kind's message statements, each grouped per queue. Heartbeats may
+    hold two fifths of the cached-plan pool (GroupCommit's budget)."""
+    statements = [
+        statement for kind in KINDS
+        for statement in (kind.send, kind.claim, kind.delete, kind.change)
+    ]
+    return GroupCommit(db, statements, budget=max(1, db.cached_pool_size * 2 // 5))
