@@ -287,7 +287,8 @@ def _unsafe_to_serve(
 async def _usable_key(settings: Settings) -> bool:
     """Whether a key works now, after the bootstrap key (if any) is created: a
     variable being set is not a key, and a revoked or expired one opens nothing."""
-    from app.auth.store import KeyStore, Q
+    from app.auth.sql import Q
+    from app.auth.store import KeyStore
     from app.db.connector import Connector
     from app.db.engine import engine_for
     from app.main import bootstrap_admin_key
@@ -297,7 +298,8 @@ async def _usable_key(settings: Settings) -> bool:
         db = Connector(engine)
         keys = KeyStore(db, master=settings.master_secret(), listening=lambda: False)
         await bootstrap_admin_key(keys, settings)
-        return bool((await db.fetch(Q.any_api_key))[0][0])
+        (row,) = await db.fetch(Q.any_api_key)
+        return row["any"]
     finally:
         await engine.dispose()
 

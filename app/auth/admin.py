@@ -7,7 +7,8 @@ import re
 from typing import Any, TextIO
 
 from app.auth import receipt_keys
-from app.auth.store import KeyStore, Q
+from app.auth.sql import Q
+from app.auth.store import KeyStore
 from app.config import Settings
 from app.db.connector import Connector
 from app.db.engine import engine_for
@@ -81,10 +82,10 @@ async def run(command: str, args: Any, *, settings: Settings, database_url: str,
             print(f"retired receipt key {args.key_id}", file=out)
             return 0
         if command == "list-receipts":
-            for row in await db.fetch(Q.list_receipt_keys):
-                state = "retired" if row["retired_at"] else "active"
-                created = row["created_at"].isoformat(timespec="seconds")
-                print(f"{row['id']:5} {state:8} {created}", file=out)
+            for receipt_key in await db.fetch(Q.list_receipt_keys):
+                state = "retired" if receipt_key["retired_at"] else "active"
+                since = receipt_key["created_at"].isoformat(timespec="seconds")
+                print(f"{receipt_key['id']:5} {state:8} {since}", file=out)
             return 0
         raise ValueError(f"unknown keys command {command}")
     finally:

@@ -1,6 +1,7 @@
 -- The statements of the key store (app/auth/store.py).
 
 -- name: create_api_key
+-- returns: KeyInfoRow
 INSERT INTO api_keys (id, name, secret_hash, sealed_secret, scopes, rate_per_second, expires_at)
 VALUES (:id, :name, :secret_hash, :sealed_secret, :scopes, :rate_per_second,
         CASE WHEN CAST(:expires_in AS double precision) IS NULL THEN NULL
@@ -9,6 +10,7 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id, name, scopes, rate_per_second, created_at, expires_at, revoked_at, last_used_at;
 
 -- name: get_api_key
+-- returns: KeyRow
 -- A usable key, with how many seconds it has left on the database clock.
 SELECT id, name, secret_hash, sealed_secret, scopes, rate_per_second,
        EXTRACT(EPOCH FROM expires_at - now())::float8 AS seconds_left
@@ -16,21 +18,25 @@ FROM api_keys
 WHERE id = :id AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now());
 
 -- name: list_api_keys
+-- returns: KeyInfoRow
 SELECT id, name, scopes, rate_per_second, created_at, expires_at, revoked_at, last_used_at
 FROM api_keys
 ORDER BY created_at, id;
 
 -- name: revoke_api_key
+-- returns: KeyIdRow
 UPDATE api_keys SET revoked_at = now()
 WHERE id = :id AND revoked_at IS NULL
 RETURNING id;
 
 -- name: keys_required
+-- returns: RequiredRow
 -- Once a key has been stored, keys are required for good: revoking or expiring
 -- the last one locks the doors, never opens them (docs/security.md, recovery).
 SELECT EXISTS (SELECT 1 FROM api_keys) AS required;
 
 -- name: any_api_key
+-- returns: AnyKeyRow
 -- A key that works now: protected mode's check before serving a public address.
 SELECT EXISTS (
     SELECT 1 FROM api_keys
@@ -43,9 +49,11 @@ UPDATE api_keys SET last_used_at = now()
 WHERE id = :id AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute');
 
 -- name: notify_keys
+-- returns: NotifiedRow
 SELECT pg_notify('leaseq', :notice);
 
 -- name: receipt_keys
+-- returns: ReceiptKeyRow
 -- A new key verifies at once but signs only after :activation seconds, by
 -- when every process has heard of it.
 SELECT id, secret,
@@ -57,6 +65,7 @@ FROM receipt_keys WHERE retired_at IS NULL ORDER BY id;
 INSERT INTO receipt_keys (id, secret) VALUES (1, :secret) ON CONFLICT (id) DO NOTHING;
 
 -- name: rotate_receipt_key
+-- returns: ReceiptKeyIdRow
 -- Serialised by the table lock: two rotations at once must not pick one id.
 INSERT INTO receipt_keys (id, secret)
 SELECT COALESCE(max(id), 0) + 1, :secret FROM receipt_keys
@@ -66,6 +75,7 @@ RETURNING id;
 LOCK TABLE receipt_keys IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: retire_receipt_key
+-- returns: ReceiptKeyIdRow
 -- The newest key is never retired: something must sign.
 UPDATE receipt_keys SET retired_at = now()
 WHERE id = :id AND retired_at IS NULL
@@ -73,4 +83,5 @@ WHERE id = :id AND retired_at IS NULL
 RETURNING id;
 
 -- name: list_receipt_keys
+-- returns: ListedReceiptKeyRow
 SELECT id, created_at, retired_at FROM receipt_keys ORDER BY id;

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import secrets
 
-from app.auth.store import Q
+from app.auth.sql import Q
 from app.db.connector import Connector, Session
 from app.queue.receipts import ReceiptSigner
 

@@ -21,12 +21,12 @@ from datetime import datetime
 from typing import Any
 
 from app.auth import tokens
+from app.auth.rows import KeyInfoRow
 from app.auth.scopes import Principal, Scope, parse_scopes
-from app.db.connector import Connector, Row
-from app.db.queries import load
+from app.auth.sql import Q
+from app.db.connector import Connector
 from app.errors import Unauthenticated
 
-Q = load("app.auth")
 _log = logging.getLogger(__name__)
 
 NOTICE = "keys:changed"
@@ -50,7 +50,7 @@ class KeyInfo:
     last_used_at: datetime | None
 
     @classmethod
-    def of(cls, row: Row) -> KeyInfo:
+    def of(cls, row: KeyInfoRow) -> KeyInfo:
         return cls(
             id=row["id"], name=row["name"], scopes=list(row["scopes"]),
             rate_per_second=row["rate_per_second"], created_at=row["created_at"],
@@ -111,7 +111,8 @@ class KeyStore:
         """Re-read whether keys are required. Only ever turns it on: no change a
         request can make to the keys opens the doors again."""
         if not self._required:
-            self._required = bool((await self._db.fetch(Q.keys_required))[0][0])
+            (row,) = await self._db.fetch(Q.keys_required)
+            self._required = row["required"]
 
     def on_notice(self, text: str) -> None:
         """A notification: keys changed (or the channel was down: anything may have)."""

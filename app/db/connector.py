@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy import exc as sa_exc
@@ -27,13 +27,11 @@ from app.db.hosts import Dialer
 from app.db.queries import Query
 from app.errors import DatabaseUnavailable, LeaseqError
 
+Row = Mapping[str, Any]
+"""A result row of no declared type (asyncpg's Record). A statement's own row
+is the TypedDict its Query names (app/db/queries.py)."""
 
-class Row(Protocol):
-    """A result row (asyncpg's Record): `row["column"]`, or `row[0]`."""
-
-    def __getitem__(self, key: str | int, /) -> Any: ...
-
-    def get(self, key: str, default: Any = None, /) -> Any: ...
+R = TypeVar("R")
 
 _NO_PARAMS: Mapping[str, Any] = {}
 
@@ -84,21 +82,22 @@ class Session:
     def __init__(self, driver: asyncpg.Connection) -> None:
         self._driver = driver
 
-    async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
-        rows: list[Row] = await self._run(self._driver.fetch, query, params)
+    async def fetch(self, query: Query[R], params: Mapping[str, Any] = _NO_PARAMS) -> list[R]:
+        rows: list[R] = await self._run(self._driver.fetch, query, params)
         return rows
 
     async def fetchrow(
-        self, query: Query, params: Mapping[str, Any] = _NO_PARAMS
-    ) -> Row | None:
+        self, query: Query[R], params: Mapping[str, Any] = _NO_PARAMS
+    ) -> R | None:
         rows = await self.fetch(query, params)
         return rows[0] if rows else None
 
-    async def fetchval(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> Any:
-        rows = await self.fetch(query, params)
+    async def fetchval(self, query: Query[Any], params: Mapping[str, Any] = _NO_PARAMS) -> Any:
+        """The first column of the first row (None: no row)."""
+        rows: list[Any] = await self.fetch(query, params)
         return rows[0][0] if rows else None
 
-    async def execute(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> int:
+    async def execute(self, query: Query[Any], params: Mapping[str, Any] = _NO_PARAMS) -> int:
         """Runs a statement for its effect; the number of rows it touched."""
         status: str = await self._run(self._driver.execute, query, params)
         count = status.rpartition(" ")[2]
@@ -106,7 +105,7 @@ class Session:
 
     @staticmethod
     async def _run(
-        method: Callable[..., Awaitable[Any]], query: Query, params: Mapping[str, Any]
+        method: Callable[..., Awaitable[Any]], query: Query[Any], params: Mapping[str, Any]
     ) -> Any:
         try:
             return await method(query.sql, *[params[name] for name in query.params])
@@ -114,7 +113,7 @@ class Session:
             raise _refused(query, exc) from exc
 
 
-def _refused(query: Query, exc: asyncpg.PostgresError) -> Exception:
+def _refused(query: Query[Any], exc: asyncpg.PostgresError) -> Exception:
     if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
         return ConstraintViolation(getattr(exc, "constraint_name", None))
     if isinstance(exc, CONNECTION_ERRORS):
@@ -158,7 +157,7 @@ class Connector:
         async with self._checkout(self.engine) as driver, driver.transaction():
             yield Session(driver)
 
-    async def fetch(self, query: Query, params: Mapping[str, Any] = _NO_PARAMS) -> list[Row]:
+    async def fetch(self, query: Query[R], params: Mapping[str, Any] = _NO_PARAMS) -> list[R]:
         """One statement on a connection of its own."""
         async with self.session(cached_plans=query.cached_plan) as session:
             return await session.fetch(query, params)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from typing import Any
 
 import asyncpg
 
@@ -48,7 +49,7 @@ class FleetLock:
     true when this session got it), held while this process's connection lives."""
 
     def __init__(
-        self, url: str, acquire: Query, *, name: str, dial: Dialer,
+        self, url: str, acquire: Query[Any], *, name: str, dial: Dialer,
         check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self._url = url

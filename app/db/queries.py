@@ -3,17 +3,32 @@
 A statement is written with `:name` parameters, as a reader expects; the
 driver (asyncpg) takes `$1, $2, ...`. Each Query carries both forms and its
 parameter names in order, so the connector passes a dict of parameters.
+
+Typed rows: a statement that returns rows says so in its header
+(`-- returns: ClaimRow`), naming the TypedDict of its package's rows.py that
+lists its columns. The package declares its statements as a `Queries`
+subclass with one annotation each (`claim_messages: Query[ClaimRow]`), which
+`load` checks against the file; the connector's `fetch` then answers
+`list[ClaimRow]`, and mypy sees a misspelt column. A test prepares every
+statement on PostgreSQL and compares the columns it answers with its row's
+(tests/engine/test_typed_rows.py).
 """
 
 from __future__ import annotations
 
 import re
+import sys
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, Generic, TypeVar
 
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _CACHED_PLAN = re.compile(r"^-- plan: cached\b", re.MULTILINE)
+_RETURNS = re.compile(r"^-- returns: (\w+)\s*$", re.MULTILINE)
+
+R = TypeVar("R", covariant=True)
 
 # `:name` not after a word character, a backslash or another colon, nor before
 # a colon: `::type` casts and `a:b` in comments stay as they are.
@@ -21,7 +36,9 @@ _PARAMETER = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
 
 
 @dataclass(frozen=True, slots=True)
-class Query:
+class Query(Generic[R]):
+    """One statement; `R` is the row it returns (None: it returns none)."""
+
     name: str
     text: str
     """The statement as written in queries.sql."""
@@ -33,6 +50,8 @@ class Query:
     """Marked `-- plan: cached`: a statement whose plan does not depend on its
     parameters or the table's size (rows found by primary key, an INSERT), run
     on connections that keep PostgreSQL's cached plans (app/db/connector.py)."""
+    returns: str | None = None
+    """The name of its row's TypedDict (`-- returns:`), None when it returns no rows."""
 
 
 def parse(source: str) -> dict[str, str]:
@@ -42,7 +61,7 @@ def parse(source: str) -> dict[str, str]:
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-def compile_query(name: str, text: str) -> Query:
+def compile_query(name: str, text: str) -> Query[Any]:
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -50,28 +69,60 @@ def compile_query(name: str, text: str) -> Query:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
+    returns = _RETURNS.search(text)
     return Query(name=name, text=text, sql=_PARAMETER.sub(number, text), params=tuple(names),
-                 cached_plan=_CACHED_PLAN.search(text) is not None)
+                 cached_plan=_CACHED_PLAN.search(text) is not None,
+                 returns=None if returns is None else returns.group(1))
 
 
 class Queries:
-    """A package's statements by attribute: `Q.claim_messages`."""
+    """A package's statements by attribute (`Q.claim_messages`). A subclass
+    declares each one with its row type, for the type checker; `load` holds
+    the declarations and the file to each other."""
 
     def __init__(self, source: dict[str, str]) -> None:
         self.source = source
         self._compiled = {name: compile_query(name, text) for name, text in source.items()}
 
-    def __getattr__(self, name: str) -> Query:
+    def __getattr__(self, name: str) -> Query[Any]:
         try:
             return self._compiled[name]
         except KeyError:
             raise AttributeError(f"no query named {name!r} in queries.sql") from None
 
-    def __iter__(self) -> Iterator[Query]:
+    def __iter__(self) -> Iterator[Query[Any]]:
         return iter(self._compiled.values())
 
 
-def load(package: str) -> Queries:
-    """The named statements of `package`/queries.sql."""
+Declared = TypeVar("Declared", bound=Queries)
+
+
+def load(package: str, declared: type[Declared]) -> Declared:
+    """The named statements of `package`/queries.sql, as `declared` types them.
+    Each statement must be declared, each declaration a statement, and each
+    row type the one its header names (or none where it returns no rows)."""
     source = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
-    return Queries(parse(source))
+    return declare(declared, parse(source), package)
+
+
+def declare(declared: type[Declared], source: dict[str, str], package: str) -> Declared:
+    """`source`'s statements as `declared` types them, checked as `load` says."""
+    queries = declared(source)
+    hints = typing.get_type_hints(declared, vars(sys.modules[declared.__module__]))
+    hints = {name: hint for name, hint in hints.items() if name != "source"}
+    if set(hints) != set(queries.source):
+        raise TypeError(
+            f"{package}: statements without a declaration: "
+            f"{sorted(set(queries.source) - set(hints))}; declarations without a "
+            f"statement: {sorted(set(hints) - set(queries.source))}"
+        )
+    for name, hint in hints.items():
+        (row,) = typing.get_args(hint)
+        declared_row = None if row is type(None) else row.__name__
+        header = queries._compiled[name].returns
+        if declared_row != header:
+            raise TypeError(
+                f"{package}.{name}: declared as returning {declared_row}, its header "
+                f"says {header}"
+            )
+    return queries

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from app.db.connector import DatabaseError
 from app.db.engine import parse_url
-from app.db.queries import load
+from app.doctor.sql import Q
 from app.errors import DatabaseUnavailable
 
 if TYPE_CHECKING:
     from app.config import Settings
     from app.db.connector import Session
 
-Q = load("app.doctor")
 
 Status = Literal["ok", "warn", "fail"]
 

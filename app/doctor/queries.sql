@@ -1,26 +1,32 @@
 -- The doctor's statements (app/doctor/checks.py): each reads, none changes anything.
 
 -- name: server_version
+-- returns: VersionRow
 SHOW server_version;
 
 -- name: has_schema
+-- returns: MigratedRow
 SELECT to_regclass('alembic_version') IS NOT NULL AS migrated;
 
 -- name: revision
+-- returns: RevisionRow
 -- The revision Alembic recorded (has_schema first: before any migration the
 -- table does not exist).
 SELECT version_num FROM alembic_version;
 
 -- name: usable_api_key
+-- returns: ExistsRow
 SELECT EXISTS (SELECT 1 FROM api_keys
                WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()));
 
 -- name: api_key_revoked
+-- returns: ExistsRow
 -- Whether the bootstrap key (LEASEQ_ADMIN_KEY) was revoked: leaseq serve then
 -- leaves it so; absent, it is created on start.
 SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = :id AND revoked_at IS NOT NULL);
 
 -- name: connection_limits
+-- returns: ConnectionLimitsRow
 -- `others`: client connections that are not leaseq's (its processes, this one
 -- too, name theirs leaseq...). Another role's sessions show a NULL
 -- backend_type and application_name to a role without pg_read_all_stats:
@@ -32,6 +38,7 @@ SELECT current_setting('max_connections')::int AS max_connections,
           AND coalesce(application_name, '') NOT LIKE 'leaseq%') AS others;
 
 -- name: autovacuum
+-- returns: AutovacuumRow
 SELECT current_setting('autovacuum')::boolean AS server_on,
        current_setting('track_counts')::boolean AS track_counts,
        coalesce((SELECT option_value::boolean
@@ -40,18 +47,22 @@ SELECT current_setting('autovacuum')::boolean AS server_on,
                    AND option_name = 'autovacuum_enabled'), true) AS table_on;
 
 -- name: durability
+-- returns: DurabilityRow
 SELECT current_setting('synchronous_commit') AS synchronous_commit,
        current_setting('fsync') AS fsync,
        current_setting('full_page_writes') AS full_page_writes;
 
 -- name: database_clock
+-- returns: ClockRow
 SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
 
 -- name: server_port
+-- returns: PortRow
 -- NULL over a Unix socket.
 SELECT inet_server_port() AS port;
 
 -- name: receipt_keys_age
+-- returns: ReceiptKeysAgeRow
 SELECT count(*) AS keys,
        coalesce(extract(epoch FROM now() - max(created_at)) / 86400, 0)::float8
            AS newest_days

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
-from app.db.connector import Connector, ConstraintViolation, Row, Session
+from app.db.connector import Connector, ConstraintViolation, Session
 from app.errors import (
     InvalidParameter,
     QueueAlreadyExists,
@@ -23,6 +23,7 @@ from app.errors import (
 )
 from app.queue import attributes, limits
 from app.queue.models import Queue, QueueAttributes, QueueStats, RetryBackoff
+from app.queue.rows import GaugeRow, QueueRow
 from app.queue.sql import Q
 from app.queue.waiting import WaitHub
 
@@ -42,15 +43,14 @@ def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
         raise InvalidParameter(f"{name} must be between {low} and {high}, got {value}")
 
 
-def _queue_from_row(row: Row) -> Queue:
+def _queue_from_row(row: QueueRow) -> Queue:
     backoff = None
-    if row["retry_initial"] is not None:
-        backoff = RetryBackoff(
-            initial=row["retry_initial"],
-            multiplier=row["retry_multiplier"],
-            max=row["retry_max"],
-            jitter=row["retry_jitter"],
-        )
+    initial, multiplier = row["retry_initial"], row["retry_multiplier"]
+    maximum, jitter = row["retry_max"], row["retry_jitter"]
+    if initial is not None:
+        # Set together or not at all (the constraint queues_retry_backoff_whole).
+        assert multiplier is not None and maximum is not None and jitter is not None
+        backoff = RetryBackoff(initial=initial, multiplier=multiplier, max=maximum, jitter=jitter)
     return Queue(
         id=row["id"],
         name=row["name"],
@@ -136,7 +136,7 @@ class QueueCatalog:
             if queue.id == queue_id:
                 del self._queue_cache[name]
 
-    async def gauges(self) -> list[Row]:
+    async def gauges(self) -> list[GaugeRow]:
         """Every queue's depth by state, per dead-letter source (queue_gauges)."""
         return await self._db.fetch(Q.queue_gauges)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from app.db.connector import Row
 from app.queue import typed
 from app.queue.models import Queue, ReceivedMessage
 from app.queue.receipts import Receipt, ReceiptSigner
+from app.queue.rows import MessageColumns
 
 
 def claimed(
-    queue: Queue, row: Row, visibility_timeout: int, signer: ReceiptSigner
+    queue: Queue, row: MessageColumns, visibility_timeout: int, signer: ReceiptSigner
 ) -> ReceivedMessage:
     """The message a claim's row is, its receipt handle signed by `signer`."""
     text = row["attributes"]

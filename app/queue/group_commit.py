@@ -25,7 +25,7 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 
-Statement = tuple[Query, Mapping[str, Any]]
+Statement = tuple[Query[Any], Mapping[str, Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,10 +33,10 @@ class Grouped(Generic[K, T, R]):
     """A statement that takes arrays, and how requests share it."""
 
     name: str
-    query: Query
+    query: Query[Any]
     params: Callable[[K, list[T]], Mapping[str, Any]]
     """The statement's parameters for the items of every request of a group."""
-    share: Callable[[list[Row], list[list[T]]], list[R]]
+    share: Callable[[list[Any], list[list[T]]], list[R]]
     """The rows, shared out: one result per request, in the group's order."""
     limit: int
     """Most total weight a group carries; a heavier request still runs, alone."""
@@ -51,11 +51,11 @@ class Grouped(Generic[K, T, R]):
     (None: nothing to give back)."""
     budgeted: bool = False
     """Runs within GroupCommit's connection budget."""
-    variant: Callable[[K, list[T]], Query] | None = None
+    variant: Callable[[K, list[T]], Query[Any]] | None = None
     """The statement for these items when a cheaper one of the kind serves them
     (its rows shared out the same way, on the same kind of connection)."""
 
-    def query_for(self, key: K, flat: list[T]) -> Query:
+    def query_for(self, key: K, flat: list[T]) -> Query[Any]:
         if self.variant is None:
             return self.query
         chosen = self.variant(key, flat)

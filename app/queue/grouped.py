@@ -8,7 +8,7 @@ out; rows in, shares out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -18,6 +18,7 @@ from app.db.connector import Row
 from app.db.queries import Query
 from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
+from app.queue.rows import ClaimColumns, MessageColumns
 from app.queue.sql import Q
 from app.queue.waiting import Ready
 
@@ -71,7 +72,7 @@ class Claimed(NamedTuple):
     dead-lettered instead (shared by the group: a reason to claim again), and
     the rows of its acknowledgements that were deleted."""
 
-    rows: list[Row]
+    rows: list[ClaimColumns]
     dead: int
     acked: Deleted = MappingProxyType({})
 
@@ -174,7 +175,7 @@ def _dead(rows: list[Row]) -> int:
     return int(rows[0].get("dead", 0)) if rows else 0
 
 
-def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
+def _claim_share(rows: list[Any], groups: list[list[Take]]) -> list[Claimed]:
     dead = _dead(rows)
     acked = dict(zip(rows[0].get("acked", ()), rows[0].get("acked_held", ()), strict=True)
                  ) if rows else {}
@@ -189,19 +190,24 @@ def _claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
     return shares
 
 
-def give_back(queue: Queue, rows: list[Row]) -> Statement | None:
-    """Undoes the claims of `rows`, which reached no receiver (the queue kind's
-    give_back: a FIFO queue's frees their groups too)."""
-    if not rows:
+def give_back(queue: Queue, claims: Sequence[Handle]) -> Statement | None:
+    """Undoes `claims`, which reached no receiver (the queue kind's give_back: a
+    FIFO queue's frees their groups too)."""
+    if not claims:
         return None
     return queue.kind.give_back, {
         "queue_id": queue.id,
-        "ids": [row["id"] for row in rows],
-        "tokens": [row["claim_token"] for row in rows],
+        "ids": [claim.row for claim in claims],
+        "tokens": [claim.token for claim in claims],
     }
 
 
-def _claim_query(key: ClaimKey, takes: list[Take]) -> Query:
+def handles(rows: Sequence[MessageColumns]) -> list[Handle]:
+    """The claims of claimed rows."""
+    return [Handle(row["id"], row["claim_token"]) for row in rows]
+
+
+def _claim_query(key: ClaimKey, takes: list[Take]) -> Query[Any]:
     """claim_ready_messages when nothing rides on the claim and nothing can die."""
     queue = key[0]
     if queue.attributes.max_receive_count is None and not any(take.acks for take in takes):
@@ -218,7 +224,7 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     weigh=lambda takes: sum(take.wanted + len(take.acks) for take in takes),
     rows=lambda take: (ack.row for ack in take.acks),
     then=lambda key, rows: dead_letter_notice(key[0], _dead(rows)),
-    undo=lambda key, share: give_back(key[0], share.rows),
+    undo=lambda key, share: give_back(key[0], handles(share.rows)),
     variant=_claim_query,
 )
 
@@ -359,7 +365,7 @@ def fifo_claim_params(
     }
 
 
-def _fifo_claim_share(rows: list[Row], groups: list[list[Take]]) -> list[Claimed]:
+def _fifo_claim_share(rows: list[Any], groups: list[list[Take]]) -> list[Claimed]:
     dead = int(rows[0]["dead"])
     claimed = sorted(
         (row for row in rows if row["id"] is not None),
@@ -379,7 +385,7 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
     limit=GROUP_ITEMS,
     weigh=lambda takes: sum(take.wanted for take in takes),
     then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
-    undo=lambda key, share: give_back(key[0], share.rows),
+    undo=lambda key, share: give_back(key[0], handles(share.rows)),
 )
 """A FIFO claim's takes carry no acknowledgements: they are settled first."""
 

@@ -21,6 +21,7 @@ from app.db.queries import Query
 from app.queue import grouped
 from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
+from app.queue.rows import FifoSentRow, MessageColumns, SentRow
 from app.queue.sending import fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
 from app.queue.waiting import Ready
@@ -37,18 +38,19 @@ class QueueKind:
     send_notice: Callable[[Queue, list[Row]], Ready]
     """What the send statement announced (in SQL), worked out again for this
     process's receivers while its LISTEN connection is down."""
-    sent: Callable[[Row], SentMessage]
+    sent: Callable[[Any], SentMessage]
+    """A send statement's row as its sender's answer."""
     claim: Grouped[grouped.ClaimKey, grouped.Take, grouped.Claimed]
     delete: Grouped[int, grouped.Handle, grouped.Deleted]
     change: Grouped[int, grouped.Change, dict[int, Row]]
-    give_back: Query
+    give_back: Query[Any]
     """Undoes claims that reached no receiver (ids, claim tokens)."""
-    free_groups: tuple[Query, ...]
+    free_groups: tuple[Query[Any], ...]
     """Run, in the same transaction, after messages were released (`ids`, their
     rows) or purged (`ids` None): their groups may be claimed again."""
     outlook: Callable[[Queue], Statement]
     """When the next message becomes claimable, and whether one is now."""
-    received_fields: Callable[[Row], dict[str, Any]]
+    received_fields: Callable[[MessageColumns], dict[str, Any]]
     """What a claimed message carries beyond a standard queue's."""
     acks_ride_claims: bool
     """Whether a claim's statement may also delete a worker's acknowledgements.
@@ -59,22 +61,25 @@ class QueueKind:
     (SQS's ReceiveRequestAttemptId; a standard queue ignores it, as SQS does)."""
 
 
-def _sent(row: Row) -> SentMessage:
+def _sent(row: SentRow) -> SentMessage:
     return SentMessage(message_id=str(row["message_id"]), sent_at=row["sent_at"])
 
 
-def _sent_in_sequence(row: Row) -> SentMessage:
+def _sent_in_sequence(row: FifoSentRow) -> SentMessage:
     return SentMessage(
         message_id=str(row["message_id"]), sent_at=row["sent_at"],
         sequence_number=str(row["sequence_number"]),
     )
 
 
-def _in_group(row: Row) -> dict[str, Any]:
+def _in_group(row: MessageColumns) -> dict[str, Any]:
+    # A FIFO claim's row (claim_fifo_messages, replay_receive_attempt) has its
+    # group's columns beside the ones every claim has.
+    fifo: Row = row
     return {
-        "group_id": row["group_id"],
-        "sequence_number": str(row["sequence_number"]),
-        "deduplication_id": row["deduplication_id"],
+        "group_id": fifo["group_id"],
+        "sequence_number": str(fifo["sequence_number"]),
+        "deduplication_id": fifo["deduplication_id"],
     }
 
 

@@ -17,6 +17,7 @@
 -- delivers it on commit, so a woken receiver always finds the committed row.
 
 -- name: create_queue
+-- returns: QueueRow
 -- Creates a queue; returns no row when the name is already taken.
 WITH created AS (
     INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
@@ -44,6 +45,7 @@ FROM created AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: get_queue
+-- returns: QueueRow
 -- One queue by name, with its dead-letter queue's name.
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
@@ -56,6 +58,7 @@ LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
 WHERE q.name = :name;
 
 -- name: get_queue_for_update
+-- returns: QueueRow
 -- The same, locked: a change reads and writes one version of the queue.
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
@@ -69,11 +72,13 @@ WHERE q.name = :name
 FOR UPDATE OF q;
 
 -- name: queue_id_by_name
+-- returns: QueueIdRow
 -- A queue's id and type, to resolve a dead-letter queue named in a redrive
 -- policy; FOR SHARE keeps it from being deleted before the policy is committed.
 SELECT id, fifo FROM queues WHERE name = :name FOR SHARE;
 
 -- name: list_queues
+-- returns: QueueRow
 -- Queues whose name starts with a prefix, in name order, one page after a name.
 SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
        q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
@@ -88,6 +93,7 @@ ORDER BY q.name
 LIMIT :limit;
 
 -- name: update_queue
+-- returns: QueueRow
 -- Writes every attribute (the caller merged the change into the current ones).
 WITH updated AS (
     UPDATE queues
@@ -123,10 +129,12 @@ FROM updated AS q
 LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: dead_letter_sources
+-- returns: NameRow
 -- Queues that name this one as their dead-letter queue.
 SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 
 -- name: redrive_return_queues
+-- returns: NameRow
 -- The queues a redrive without a destination writes into: where the messages now
 -- in the dead-letter queue came from, and every queue whose policy names it
 -- (messages it dead-letters meanwhile go back there too).
@@ -136,6 +144,7 @@ SELECT q.name FROM queues AS q
 WHERE q.id IN (SELECT m.dead_letter_source_id FROM messages AS m WHERE m.queue_id = :queue_id);
 
 -- name: lock_redrive_tasks_of_queue
+-- returns: TaskIdRow
 -- Before a queue is deleted: the redrive tasks moving from or to it, locked
 -- first. A redrive batch locks its task, then (moving rows between queues) the
 -- queues' rows; the delete takes the same locks in the same order, so it waits
@@ -146,14 +155,17 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: delete_queue
+-- returns: IdRow
 -- Deletes a queue; its messages go with it (ON DELETE CASCADE).
 DELETE FROM queues WHERE name = :name RETURNING id;
 
 -- name: get_queue_tags
+-- returns: TagsRow
 -- A queue's tags (a JSON object of strings).
 SELECT CAST(tags AS text) FROM queues WHERE id = :id;
 
 -- name: change_queue_tags
+-- returns: TagsRow
 -- Adds (or overwrites) tags and removes keys, in one statement; returns the tags after.
 UPDATE queues
 SET tags = (tags || CAST(:add AS jsonb)) - CAST(:remove AS text[])
@@ -165,6 +177,7 @@ RETURNING CAST(tags AS text);
 DELETE FROM messages WHERE queue_id = :queue_id;
 
 -- name: queue_stats
+-- returns: QueueStatsRow
 -- Live counts by state. Messages past retention are already gone for clients.
 -- A FIFO queue's messages wait out its delay from their sent_at (:fifo_delay;
 -- 0 for a standard queue, whose messages have their delay in visible_at).
@@ -185,6 +198,7 @@ WHERE queue_id = :queue_id
   AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
 
 -- name: send_messages
+-- returns: SentRow
 -- plan: cached (an INSERT from arrays)
 -- Inserts a batch in input order. The notification (app/queue/waiting.py:
 -- queue:ready-now:next-due-in) wakes waiting receivers once the transaction
@@ -222,6 +236,7 @@ FROM sent
 ORDER BY sent.id;
 
 -- name: claim_messages
+-- returns: ClaimRow
 -- The claim: one statement. A message is claimable when its deadline has
 -- passed (never received, released, delay over, or lease expired: no sweeper
 -- is needed) and it is within retention. The deadline moves in the same
@@ -293,6 +308,7 @@ FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
 
 -- name: claim_ready_messages
+-- returns: ClaimedRow
 -- claim_messages for the common case, in a statement a third as costly to
 -- plan (planned on every execution, as the claim must be): no
 -- acknowledgements ride on it and the queue has no redrive policy, so
@@ -326,6 +342,7 @@ RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
           CAST(m.checkpoint AS text) AS checkpoint, c.lapsed;
 
 -- name: queue_outlook
+-- returns: OutlookRow
 -- For waiting receivers, after a claim: whether more messages are claimable
 -- now, and the seconds (by the database clock) until the next one becomes
 -- claimable (a delay ending or a lease expiring; NULL when none is pending).
@@ -344,6 +361,7 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
        ) AS more_now;
 
 -- name: change_visibility
+-- returns: ChangedRow
 -- plan: cached (rows by primary key)
 -- Heartbeat or release, conditional on the claim: a row changes only while the
 -- handle's claim token is still the message's. A visibility timeout of 0 releases it.
@@ -361,6 +379,7 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
           m.visible_at < before.visible_at AS sooner;
 
 -- name: give_back_claims
+-- returns: GivenBackRow
 -- plan: cached (rows by primary key)
 -- Undoes claims that reached no one: a grouped claim's share whose receiver
 -- stopped waiting before it was answered. Conditional on the claim like every
@@ -384,16 +403,19 @@ FROM given
 HAVING count(*) > 0;
 
 -- name: notify_ready
+-- returns: NotifiedRow
 -- plan: cached (no table)
 -- Wakes waiting receivers of a queue once the transaction commits: `ready`
 -- messages are visible now, the next one in `due_in` seconds (NULL: none known).
 SELECT pg_notify('leaseq', leaseq_notice(:queue_id, :ready, :due_in));
 
 -- name: notify_queue_changed
+-- returns: NotifiedRow
 -- Tells every process that a queue's attributes changed or that it was deleted.
 SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed'));
 
 -- name: release_message
+-- returns: ReleasedRow
 -- A worker gives a message back after a failure, conditional on the claim.
 -- The delay is the one asked for, else the queue's retry ladder for the
 -- message's receive count (initial * multiplier^(count-1), at most max, less
@@ -412,6 +434,7 @@ RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
           m.visible_at;
 
 -- name: delete_messages
+-- returns: DeletedRow
 -- plan: cached (rows by primary key)
 -- Acknowledgement, conditional on the claim; `held`: seconds from the claim to
 -- now, the lease held time (NULL for a claim made before it was recorded).
@@ -423,6 +446,7 @@ RETURNING m.id,
               AS held;
 
 -- name: save_checkpoint
+-- returns: CheckpointRow
 -- Records a job's cursor and renews the lease by the queue's timeout,
 -- conditional on the claim.
 UPDATE messages
@@ -445,6 +469,7 @@ WHERE id = ANY (ARRAY(
     FOR UPDATE OF m SKIP LOCKED));
 
 -- name: peek_messages
+-- returns: PeekRow
 -- Messages of a queue for an operator, without claiming them: by state, in
 -- id order, one page after an id; bodies cut to :body_chars characters.
 SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
@@ -472,6 +497,7 @@ ORDER BY m.id
 LIMIT :limit;
 
 -- name: create_redrive_task
+-- returns: TaskIdRow
 -- Starts moving a dead-letter queue's messages back; fails on the unique index
 -- when a task for that queue is already running.
 INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, destination_name,
@@ -483,6 +509,7 @@ WHERE queue_id = :source_queue_id
 RETURNING id;
 
 -- name: get_redrive_task
+-- returns: RedriveTaskRow
 -- A task with its queues' names (a deleted destination's as it was) and what is
 -- left to move, counted live.
 SELECT t.id, t.status, t.moved, t.to_move_at_start, t.max_per_second, t.failure,
@@ -498,6 +525,7 @@ LEFT JOIN queues AS destination ON destination.id = t.destination_queue_id
 WHERE t.id = :task_id;
 
 -- name: list_redrive_tasks
+-- returns: TaskIdRow
 -- The tasks of one dead-letter queue, newest first.
 SELECT t.id
 FROM redrive_tasks AS t
@@ -506,6 +534,7 @@ ORDER BY t.created_at DESC
 LIMIT :limit;
 
 -- name: cancel_redrive_task
+-- returns: TaskIdRow
 -- Stops a running task; what it moved stays moved.
 UPDATE redrive_tasks
 SET status = 'cancelled', updated_at = statement_timestamp()
@@ -513,6 +542,7 @@ WHERE id = :task_id AND status = 'running'
 RETURNING id;
 
 -- name: take_redrive_task
+-- returns: TakenTaskRow
 -- A running task nobody holds (its runner finished a batch or died), taken
 -- for :hold seconds.
 UPDATE redrive_tasks
@@ -525,6 +555,7 @@ WHERE id = (SELECT id FROM redrive_tasks
 RETURNING id, max_per_second;
 
 -- name: redrive_batch
+-- returns: RedriveBatchRow
 -- Moves up to :batch visible messages of a task's dead-letter queue back to
 -- their source queue (or the task's destination), with a fresh receive count,
 -- and counts them on the task, all in one transaction: a crash rolls back a
@@ -598,6 +629,7 @@ SELECT (SELECT status FROM counted) AS status,
        (SELECT array_agg(DISTINCT queue_id) FROM moved) AS destinations;
 
 -- name: messages_vacuum_state
+-- returns: VacuumStateRow
 -- Whether autovacuum looks after the messages table (the server's setting and
 -- the table's own), and its dead and live tuples by the cumulative statistics.
 SELECT current_setting('autovacuum')::boolean
@@ -611,6 +643,7 @@ LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = CAST('messages' AS regclass);
 
 -- name: try_maintenance_lock
+-- returns: LockedRow
 -- The maintenance rounds (the retention sweep, the vacuum check) run in the one
 -- process of a deployment holding this session-level lock, taken on a
 -- connection of its own and never released: PostgreSQL releases it when that
@@ -638,6 +671,7 @@ VACUUM (ANALYZE) messages;
 -- design and the alternatives.
 
 -- name: send_fifo_messages
+-- returns: FifoSentRow
 -- plan: cached (INSERTs from arrays)
 -- Sends to a FIFO queue, in input order. Each group's row is created or
 -- locked (and its version moved on) before its messages are numbered, so the
@@ -714,6 +748,7 @@ JOIN accepted AS a USING (scope, deduplication_id)
 ORDER BY n.ord;
 
 -- name: claim_fifo_messages
+-- returns: FifoClaimRow
 -- The FIFO claim: one statement, which reads group rows and the first few
 -- messages of each (messages_group_order), never the backlog.
 --   1. Up to :lock_groups groups that may be claimable, oldest first, locked.
@@ -905,6 +940,7 @@ FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
 
 -- name: fifo_outlook
+-- returns: OutlookRow
 -- queue_outlook for a FIFO queue, by its groups' hints: whether a group may
 -- be claimable now, and the seconds until the next one may be.
 SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
@@ -917,6 +953,7 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
        ) AS more_now;
 
 -- name: delete_fifo_messages
+-- returns: FifoDeletedRow
 -- plan: cached (rows by primary key)
 -- delete_messages for a FIFO queue: the groups of the deleted messages may
 -- be claimable now (their hint lowered, their version moved on), and their
@@ -950,6 +987,7 @@ SELECT d.id, d.held,
 FROM deleted AS d;
 
 -- name: change_fifo_visibility
+-- returns: ChangedRow
 -- plan: cached (rows by primary key)
 -- change_visibility for a FIFO queue: a change that makes a message visible
 -- sooner (a release, a shorter lease) may make its group claimable sooner.
@@ -1002,6 +1040,7 @@ FROM (SELECT group_id
 WHERE g.queue_id = :queue_id AND g.group_id = t.group_id;
 
 -- name: give_back_fifo_claims
+-- returns: GivenBackRow
 -- plan: cached (rows by primary key)
 -- give_back_claims for a FIFO queue: the groups of the messages given back
 -- are claimable again at once.
@@ -1038,6 +1077,7 @@ FROM given
 HAVING count(*) > 0;
 
 -- name: sweep_deduplication
+-- returns: SweptRow
 -- Forgets up to :limit deduplication ids and receive attempts past their
 -- five minutes.
 WITH forgotten AS (
@@ -1063,6 +1103,7 @@ attempts AS (
 SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts)) AS swept;
 
 -- name: replay_receive_attempt
+-- returns: ReplayedRow
 -- plan: cached (rows by primary key)
 -- A FIFO receive retried with the ReceiveRequestAttemptId of one in the last
 -- five minutes: the messages that receive claimed which its claims still
@@ -1096,6 +1137,7 @@ SET message_rows       = EXCLUDED.message_rows,
     expires_at         = EXCLUDED.expires_at;
 
 -- name: queue_gauges
+-- returns: GaugeRow
 -- Every queue's live counts for /metrics, in one pass over the messages within
 -- retention (queue_stats for all queues at once, in the same states). One row
 -- per queue and dead-letter source: `source` names the queue a dead-lettered

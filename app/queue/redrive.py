@@ -15,10 +15,11 @@ import contextlib
 import logging
 import uuid
 
-from app.db.connector import Connector, ConstraintViolation, Row
+from app.db.connector import Connector, ConstraintViolation
 from app.errors import DatabaseUnavailable, InvalidParameter, RedriveInProgress, TaskNotFound
 from app.queue.catalog import QueueCatalog
 from app.queue.models import RedriveTask
+from app.queue.rows import RedriveBatchRow, RedriveTaskRow
 from app.queue.sql import Q
 
 _log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def _task_id(task_id: str) -> uuid.UUID:
         raise TaskNotFound(f"Redrive task {task_id[:60]!r} does not exist.") from None
 
 
-def _task_from_row(row: Row) -> RedriveTask:
+def _task_from_row(row: RedriveTaskRow) -> RedriveTask:
     return RedriveTask(
         task_id=str(row["id"]),
         source=row["source"],
@@ -159,7 +160,7 @@ class Redrives:
                 async with asyncio.timeout(scan_seconds):
                     await self._wake.wait()
 
-    async def _batch(self, task_id: uuid.UUID, size: int) -> Row:
+    async def _batch(self, task_id: uuid.UUID, size: int) -> RedriveBatchRow:
         async with self._db.transaction() as session:
             (row,) = await session.fetch(
                 Q.redrive_batch, {"task_id": task_id, "batch": size, "hold": self._hold}

@@ -37,6 +37,7 @@ from app.queue.models import (
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.receiving import Gone, Receive, check_receive
+from app.queue.rows import ClaimColumns
 from app.queue.sending import accept
 from app.queue.settling import Settled, acknowledged, check_settling
 from app.queue.sql import Q
@@ -97,13 +98,13 @@ class QueueService:
                 decoded.append(exc)
         return decoded
 
-    async def _give_back(self, queue: Queue, rows: list[Row]) -> None:
+    async def _give_back(self, queue: Queue, claims: list[Handle]) -> None:
         """Undoes claims that will reach no receiver (their request was cancelled,
         or its client left), so they are visible again at once rather than after
         a whole lease; should that fail, the leases run out instead. The claims a
         grouped statement made for a request cancelled while it ran are given
         back by group commit (`Grouped.undo`), with the same statement."""
-        statement = grouped.give_back(queue, rows)
+        statement = grouped.give_back(queue, claims)
         if statement is None:
             return
         try:
@@ -176,7 +177,7 @@ class QueueService:
         """_claim, whose first statement also deletes the messages of `acks`
         (conditional on each claim); with the rows it deleted."""
         received: list[ReceivedMessage] = []
-        taken: list[Row] = []  # claimed by earlier rounds
+        taken: list[Handle] = []  # claimed by earlier rounds
         acked: dict[int, float | None] = {}
         claim = queue.kind.claim
         assert queue.kind.acks_ride_claims or not acks
@@ -190,7 +191,7 @@ class QueueService:
                 # earlier rounds' are this receive's to give back.
                 self._in_background(self._give_back(queue, taken))
                 raise
-            taken.extend(share.rows)
+            taken.extend(grouped.handles(share.rows))
             acked.update(share.acked)
             self._tell_claimed(queue, share.rows, share.dead, visibility_timeout)
             received.extend(
@@ -201,7 +202,7 @@ class QueueService:
         return received, acked
 
     def _tell_claimed(
-        self, queue: Queue, rows: list[Row], dead: int, visibility_timeout: int
+        self, queue: Queue, rows: list[ClaimColumns], dead: int, visibility_timeout: int
     ) -> None:
         if rows:
             self.events.received(
@@ -245,10 +246,9 @@ class QueueService:
         if received and gone is not None and gone.is_set():
             # The client went while the claim's statement ran.
             queue = await self.queues.find(name)
-            await self._give_back(queue, [
-                {"id": m.claim.message_row, "claim_token": m.claim.claim_token}
-                for m in received
-            ])
+            await self._give_back(
+                queue, [Handle(m.claim.message_row, m.claim.claim_token) for m in received]
+            )
             return []
         if not received:
             self.events.empty_receive(name)

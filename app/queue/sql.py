@@ -1,7 +1,91 @@
-"""The engine's named statements: app/queue/queries.sql, loaded once."""
+"""The engine's named statements: app/queue/queries.sql, loaded once, typed."""
 
 from __future__ import annotations
 
-from app.db.queries import load
+from app.db.queries import Queries, Query, load
+from app.queue.rows import (
+    ChangedRow,
+    CheckpointRow,
+    ClaimedRow,
+    ClaimRow,
+    DeletedRow,
+    FifoClaimRow,
+    FifoDeletedRow,
+    FifoSentRow,
+    GaugeRow,
+    GivenBackRow,
+    IdRow,
+    LockedRow,
+    NameRow,
+    NotifiedRow,
+    OutlookRow,
+    PeekRow,
+    QueueIdRow,
+    QueueRow,
+    QueueStatsRow,
+    RedriveBatchRow,
+    RedriveTaskRow,
+    ReleasedRow,
+    ReplayedRow,
+    SentRow,
+    SweptRow,
+    TagsRow,
+    TakenTaskRow,
+    TaskIdRow,
+    VacuumStateRow,
+)
 
-Q = load("app.queue")
+
+class Statements(Queries):
+    """Each statement of queries.sql with the row it returns (load checks both ways)."""
+
+    create_queue: Query[QueueRow]
+    get_queue: Query[QueueRow]
+    get_queue_for_update: Query[QueueRow]
+    queue_id_by_name: Query[QueueIdRow]
+    list_queues: Query[QueueRow]
+    update_queue: Query[QueueRow]
+    dead_letter_sources: Query[NameRow]
+    redrive_return_queues: Query[NameRow]
+    lock_redrive_tasks_of_queue: Query[TaskIdRow]
+    delete_queue: Query[IdRow]
+    get_queue_tags: Query[TagsRow]
+    change_queue_tags: Query[TagsRow]
+    purge_queue: Query[None]
+    queue_stats: Query[QueueStatsRow]
+    send_messages: Query[SentRow]
+    claim_messages: Query[ClaimRow]
+    claim_ready_messages: Query[ClaimedRow]
+    queue_outlook: Query[OutlookRow]
+    change_visibility: Query[ChangedRow]
+    give_back_claims: Query[GivenBackRow]
+    notify_ready: Query[NotifiedRow]
+    notify_queue_changed: Query[NotifiedRow]
+    release_message: Query[ReleasedRow]
+    delete_messages: Query[DeletedRow]
+    save_checkpoint: Query[CheckpointRow]
+    sweep_expired: Query[None]
+    peek_messages: Query[PeekRow]
+    create_redrive_task: Query[TaskIdRow]
+    get_redrive_task: Query[RedriveTaskRow]
+    list_redrive_tasks: Query[TaskIdRow]
+    cancel_redrive_task: Query[TaskIdRow]
+    take_redrive_task: Query[TakenTaskRow]
+    redrive_batch: Query[RedriveBatchRow]
+    messages_vacuum_state: Query[VacuumStateRow]
+    try_maintenance_lock: Query[LockedRow]
+    vacuum_messages: Query[None]
+    send_fifo_messages: Query[FifoSentRow]
+    claim_fifo_messages: Query[FifoClaimRow]
+    fifo_outlook: Query[OutlookRow]
+    delete_fifo_messages: Query[FifoDeletedRow]
+    change_fifo_visibility: Query[ChangedRow]
+    touch_groups: Query[None]
+    give_back_fifo_claims: Query[GivenBackRow]
+    sweep_deduplication: Query[SweptRow]
+    replay_receive_attempt: Query[ReplayedRow]
+    record_receive_attempt: Query[None]
+    queue_gauges: Query[GaugeRow]
+
+
+Q = load("app.queue", Statements)

@@ -1,0 +1,38 @@
+"""The keys' named statements: app/auth/queries.sql, loaded once, typed."""
+
+from __future__ import annotations
+
+from app.auth.rows import (
+    AnyKeyRow,
+    KeyIdRow,
+    KeyInfoRow,
+    KeyRow,
+    ListedReceiptKeyRow,
+    NotifiedRow,
+    ReceiptKeyIdRow,
+    ReceiptKeyRow,
+    RequiredRow,
+)
+from app.db.queries import Queries, Query, load
+
+
+class Statements(Queries):
+    """Each statement of queries.sql with the row it returns (load checks both ways)."""
+
+    create_api_key: Query[KeyInfoRow]
+    get_api_key: Query[KeyRow]
+    list_api_keys: Query[KeyInfoRow]
+    revoke_api_key: Query[KeyIdRow]
+    keys_required: Query[RequiredRow]
+    any_api_key: Query[AnyKeyRow]
+    touch_api_key: Query[None]
+    notify_keys: Query[NotifiedRow]
+    receipt_keys: Query[ReceiptKeyRow]
+    first_receipt_key: Query[None]
+    rotate_receipt_key: Query[ReceiptKeyIdRow]
+    lock_receipt_keys: Query[None]
+    retire_receipt_key: Query[ReceiptKeyIdRow]
+    list_receipt_keys: Query[ListedReceiptKeyRow]
+
+
+Q = load("app.auth", Statements)

@@ -1,0 +1,56 @@
+"""The rows `leaseq doctor`'s statements (app/doctor/queries.sql) return, one TypedDict per shape,
+named in each statement's `-- returns:` header. A column that may be NULL is
+`X | None`. tests/engine/test_typed_rows.py prepares every statement on
+PostgreSQL and holds these to the columns it answers: names, order and types.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class VersionRow(TypedDict):
+    server_version: str
+
+
+class MigratedRow(TypedDict):
+    migrated: bool
+
+
+class RevisionRow(TypedDict):
+    version_num: str
+
+
+class ExistsRow(TypedDict):
+    exists: bool
+
+
+class ConnectionLimitsRow(TypedDict):
+    max_connections: int
+    reserved: int
+    others: int
+
+
+class AutovacuumRow(TypedDict):
+    server_on: bool
+    track_counts: bool
+    table_on: bool
+
+
+class DurabilityRow(TypedDict):
+    synchronous_commit: str
+    fsync: str
+    full_page_writes: str
+
+
+class ClockRow(TypedDict):
+    now: float
+
+
+class PortRow(TypedDict):
+    port: int
+
+
+class ReceiptKeysAgeRow(TypedDict):
+    keys: int
+    newest_days: float

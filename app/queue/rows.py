@@ -1,0 +1,302 @@
+"""The rows the queue engine's statements (app/queue/queries.sql) return, one TypedDict per shape,
+named in each statement's `-- returns:` header. A column that may be NULL is
+`X | None`. tests/engine/test_typed_rows.py prepares every statement on
+PostgreSQL and holds these to the columns it answers: names, order and types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import TypedDict
+from uuid import UUID
+
+
+class QueueRow(TypedDict):
+    id: int
+    name: str
+    visibility_timeout: int
+    message_retention: int
+    delay: int
+    receive_wait: int
+    max_message_bytes: int
+    dead_letter_queue_id: int | None
+    dead_letter_queue: str | None
+    max_receive_count: int | None
+    retry_initial: float | None
+    retry_multiplier: float | None
+    retry_max: float | None
+    retry_jitter: float | None
+    fifo: bool
+    content_based_deduplication: bool
+    deduplication_scope: str
+    fifo_throughput_limit: str
+    policy: str | None
+    kms_master_key_id: str | None
+    kms_data_key_reuse_period: int
+    sqs_managed_sse: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class QueueIdRow(TypedDict):
+    id: int
+    fifo: bool
+
+
+class NameRow(TypedDict):
+    name: str
+
+
+class TaskIdRow(TypedDict):
+    id: UUID
+
+
+class IdRow(TypedDict):
+    id: int
+
+
+class TagsRow(TypedDict):
+    tags: str
+
+
+class QueueStatsRow(TypedDict):
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_age_seconds: Decimal
+
+
+class SentRow(TypedDict):
+    message_id: UUID
+    sent_at: datetime
+    due_in: Decimal
+    notified: None
+
+
+class ClaimRow(TypedDict):
+    dead: int
+    acked: list[int]
+    acked_held: list[float | None]
+    id: int
+    message_id: UUID
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    trace_header: str | None
+    receive_count: int
+    claim_token: UUID
+    fencing_token: int
+    lease_expires_at: datetime
+    sent_at: datetime
+    first_received_at: datetime
+    checkpoint: str | None
+    lapsed: bool
+
+
+class ClaimedRow(TypedDict):
+    id: int
+    message_id: UUID
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    trace_header: str | None
+    receive_count: int
+    claim_token: UUID
+    fencing_token: int
+    lease_expires_at: datetime
+    sent_at: datetime
+    first_received_at: datetime
+    checkpoint: str | None
+    lapsed: bool
+
+
+class OutlookRow(TypedDict):
+    due_in: Decimal | None
+    more_now: bool
+
+
+class ChangedRow(TypedDict):
+    id: int
+    lease_expires_at: datetime
+    visibility_timeout: int
+    sooner: bool
+
+
+class GivenBackRow(TypedDict):
+    given: int
+    notified: None
+
+
+class NotifiedRow(TypedDict):
+    pg_notify: None
+
+
+class ReleasedRow(TypedDict):
+    delay: Decimal
+    visible_at: datetime
+
+
+class DeletedRow(TypedDict):
+    id: int
+    held: float | None
+
+
+class FifoDeletedRow(TypedDict):
+    id: int
+    held: float | None
+    notified: None
+
+
+class CheckpointRow(TypedDict):
+    lease_expires_at: datetime
+
+
+class PeekRow(TypedDict):
+    id: int
+    message_id: UUID
+    body: str
+    truncated: bool
+    attributes: str
+    receive_count: int
+    sent_at: datetime
+    first_received_at: datetime | None
+    visible_at: datetime
+    checkpoint: str | None
+    dead_letter_source: str | None
+    fencing_token: int | None
+    lease_remaining: Decimal | None
+    state: str
+
+
+class RedriveTaskRow(TypedDict):
+    id: UUID
+    status: str
+    moved: int
+    to_move_at_start: int
+    max_per_second: int | None
+    failure: str | None
+    created_at: datetime
+    updated_at: datetime
+    source: str
+    destination: str | None
+    remaining: int
+
+
+class TakenTaskRow(TypedDict):
+    id: UUID
+    max_per_second: int | None
+
+
+class RedriveBatchRow(TypedDict):
+    status: str
+    moved: int
+    destinations: list[int] | None
+
+
+class VacuumStateRow(TypedDict):
+    autovacuum: bool
+    dead: int
+    live: int
+
+
+class LockedRow(TypedDict):
+    locked: bool
+
+
+class FifoSentRow(TypedDict):
+    message_id: UUID
+    sequence_number: int
+    stored: bool
+    sent_at: datetime
+    notified: None
+
+
+class FifoClaimRow(TypedDict):
+    dead: int
+    id: int
+    message_id: UUID
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    trace_header: str | None
+    receive_count: int
+    claim_token: UUID
+    fencing_token: int
+    lease_expires_at: datetime
+    sent_at: datetime
+    first_received_at: datetime
+    checkpoint: str | None
+    group_id: str | None
+    sequence_number: int
+    deduplication_id: str | None
+    lapsed: bool
+    receiver: int
+    group_rank: int
+
+
+class SweptRow(TypedDict):
+    swept: int
+
+
+class ReplayedRow(TypedDict):
+    id: int
+    message_id: UUID
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    trace_header: str | None
+    receive_count: int
+    claim_token: UUID
+    fencing_token: int
+    lease_expires_at: datetime
+    sent_at: datetime
+    first_received_at: datetime
+    checkpoint: str | None
+    group_id: str | None
+    sequence_number: int
+    deduplication_id: str | None
+    visibility_timeout: int
+
+
+class GaugeRow(TypedDict):
+    name: str
+    source: str | None
+    messages: int
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_visible_age: Decimal | None
+
+
+class MessageColumns(TypedDict):
+    """The columns claimed.py makes a received message of. Not one statement's
+    row: claim_messages, claim_ready_messages, claim_fifo_messages and
+    replay_receive_attempt each answer them among their own (the test holds
+    them to it)."""
+
+    id: int
+    message_id: UUID
+    body: str
+    attributes: str
+    attribute_types: str | None
+    sender_id: str | None
+    trace_header: str | None
+    receive_count: int
+    claim_token: UUID
+    fencing_token: int
+    lease_expires_at: datetime
+    sent_at: datetime
+    first_received_at: datetime
+    checkpoint: str | None
+
+
+class ClaimColumns(MessageColumns):
+    """A claim statement's columns for each message it claimed (a replayed
+    receive attempt's rows have no `lapsed`)."""
+
+    lapsed: bool
