@@ -11,13 +11,15 @@ import asyncpg
 import httpx
 from support import make_queue, positional
 
+from app.auth.sql import Q as AUTH
 from app.db.connector import Connector
-from app.db.queries import compile_query, load
+from app.db.queries import compile_query
+from app.doctor.sql import Q as DOCTOR
 from app.queue.sql import Q
 
 SOURCE = Q.source
-AUTH_SOURCE = load("app.auth").source
-DOCTOR_SOURCE = load("app.doctor").source
+AUTH_SOURCE = AUTH.source
+DOCTOR_SOURCE = DOCTOR.source
 
 
 def test_every_named_query_is_used() -> None:
@@ -96,7 +98,7 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
 def test_every_parameter_is_one_of_the_statement_not_of_its_comments() -> None:
     """`:name` is found by a pattern: one only in a comment would be a parameter
     PostgreSQL cannot type."""
-    for query in [*Q, *load("app.auth")]:
+    for query in [*Q, *AUTH]:
         code = re.sub(r"--[^\n]*", "", query.text)
         assert set(compile_query(query.name, code).params) == set(query.params), query.name
 
