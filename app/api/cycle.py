@@ -132,12 +132,12 @@ async def receive_and_settle(call: Call) -> Answer:
         else:
             # settle_and_receive's path for a FIFO queue, the receive with its attempt id.
             deleted, extended = await service.settle(queue, body.delete, extend)
-            settled = Settled(deleted, extended, await service.receive(
+            settled = Settled(await service.receive(
                 queue, max_messages=body.max, visibility_timeout=body.visibility_timeout,
                 wait=body.wait, gone=gone, attempt_id=attempt_id,
-            ))
+            ), deleted, extended)
     return Answer(200, to_json({
-        "messages": [_received(m) for m in settled.received],
+        "messages": [_received(m) for m in settled.messages],
         "deleted": _deleted(settled.deleted),
         "extended": _extended(settled.extended),
     }))

@@ -327,7 +327,7 @@ class QueueService:
                 name, max_messages=max_messages, visibility_timeout=visibility_timeout,
                 wait=wait, gone=gone,
             )
-            return Settled(deleted, extended, received)
+            return Settled(received, deleted, extended)
         receipts = self._receipts(queue, delete)
         acks = tuple(
             Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)
@@ -339,7 +339,7 @@ class QueueService:
         )
         if not received:
             self.events.empty_receive(name)
-        return Settled(self._results_told(queue, receipts, acked), [], received)
+        return Settled(received, self._results_told(queue, receipts, acked), [])
 
     async def change_visibility(
         self, name: str, entries: Sequence[tuple[str, int]]

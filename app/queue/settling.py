@@ -13,12 +13,13 @@ from app.queue.receipts import Receipt
 
 
 class Settled(NamedTuple):
-    """A worker's receive: one result per acknowledgement and per extension,
-    in request order, and the messages it claimed."""
+    """A worker's receive: the messages it claimed, and one result per
+    acknowledgement and per extension, in request order (the client's Settled
+    has the same fields)."""
 
+    messages: list[ReceivedMessage]
     deleted: list[EntryError | None]
     extended: list[Lease | EntryError]
-    received: list[ReceivedMessage]
 
 
 def check_settling(delete: Sequence[str], extend: Sequence[tuple[str, int]]) -> None:
