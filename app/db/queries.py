@@ -4,6 +4,10 @@ A statement is written with `:name` parameters, as a reader expects; the
 driver (asyncpg) takes `$1, $2, ...`. Each Query carries both forms and its
 parameter names in order, so the connector passes a dict of parameters.
 
+Fragments: what several statements share is written once, as a section
+headed `-- fragment: name`, and used on a line of its own as `{{name}}`
+(a `,` may follow it); the statement is read with the fragment in its place.
+
 Typed rows: a statement that returns rows says so in its header
 (`-- returns: ClaimRow`), naming the TypedDict of its package's rows.py that
 lists its columns. The package declares its statements as a `Queries`
@@ -24,7 +28,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
+_USE = re.compile(r"^([ \t]*)\{\{(\w+)\}\}(,?)[ \t]*$", re.MULTILINE)
 _CACHED_PLAN = re.compile(r"^-- plan: cached\b", re.MULTILINE)
 _RETURNS = re.compile(r"^-- returns: (\w+)\s*$", re.MULTILINE)
 
@@ -55,10 +60,30 @@ class Query(Generic[R]):
 
 
 def parse(source: str) -> dict[str, str]:
-    """`-- name: x` headed sections of a queries.sql, name -> statement text."""
+    """`-- name: x` headed sections of a queries.sql, name -> statement text,
+    with the fragments they use in place."""
     parts = _HEADER.split(source)
-    # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    # parts = [preamble, kind1, name1, body1, kind2, name2, body2, ...]
+    statements: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        sections = statements if kind == "name" else fragments
+        if name in statements or name in fragments:
+            raise ValueError(f"queries.sql: {name!r} is named twice")
+        sections[name] = body.strip()
+    return {name: _with_fragments(text, fragments) for name, text in statements.items()}
+
+
+def _with_fragments(text: str, fragments: dict[str, str]) -> str:
+    def use(match: re.Match[str]) -> str:
+        indent, name, comma = match.groups()
+        if name not in fragments:
+            raise ValueError(f"queries.sql: no fragment named {name!r}")
+        # The fragment's own comments say why it exists; its users need none.
+        lines = [line for line in fragments[name].splitlines() if not line.startswith("--")]
+        return "\n".join(indent + line for line in lines) + comma
+
+    return _USE.sub(use, text)
 
 
 def compile_query(name: str, text: str) -> Query[Any]:

@@ -235,6 +235,38 @@ SELECT sent.message_id, sent.sent_at, sent.due_in,
 FROM sent
 ORDER BY sent.id;
 
+-- fragment: claim
+-- What a claim writes to each message it takes (claim_messages,
+-- claim_ready_messages, claim_fifo_messages): a lease from now, a fresh claim
+-- token and fencing token, one more receive; the first receive and the claim
+-- timed for the metrics and the lease advice.
+SET visible_at        = statement_timestamp()
+                        + CAST(:visibility_timeout AS integer) * interval '1 second',
+    claim_token       = gen_random_uuid(),
+    fencing_token     = nextval('fencing_tokens'),
+    receive_count     = m.receive_count + 1,
+    leased            = true,
+    first_received_at = coalesce(m.first_received_at, statement_timestamp()),
+    claimed_at        = statement_timestamp()
+
+-- fragment: received_columns
+-- A claimed message as its receiver gets it (app/queue/rows.py MessageColumns):
+-- what every claim returns, and a replayed receive attempt.
+m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
+CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
+m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
+m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
+CAST(m.checkpoint AS text) AS checkpoint
+
+-- fragment: dead_letter
+-- What a claim writes to a message it moves to the dead-letter queue instead
+-- (claim_messages, claim_fifo_messages): claimable there at once, its source
+-- remembered for a redrive back.
+SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
+    dead_letter_source_id = m.queue_id,
+    visible_at            = statement_timestamp(),
+    leased                = false
+
 -- name: claim_messages
 -- returns: ClaimRow
 -- The claim: one statement. A message is claimable when its deadline has
@@ -272,33 +304,21 @@ candidates AS (
 ),
 dead AS (
     UPDATE messages AS m
-    SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
-        dead_letter_source_id = m.queue_id,
-        visible_at            = statement_timestamp(),
-        leased                = false
+    {{dead_letter}}
     FROM candidates AS c
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id
 ),
 claimed AS (
     UPDATE messages AS m
-    SET visible_at        = statement_timestamp()
-                            + CAST(:visibility_timeout AS integer) * interval '1 second',
-        claim_token       = gen_random_uuid(),
-        fencing_token     = nextval('fencing_tokens'),
-        receive_count     = m.receive_count + 1,
-        leased            = true,
-        first_received_at = coalesce(m.first_received_at, statement_timestamp()),
-        claimed_at        = statement_timestamp()
+    {{claim}}
     FROM candidates AS c
     WHERE m.id = c.id
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR c.receive_count < CAST(:max_receive_count AS integer))
-    RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
-              CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-              m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
-              m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-              CAST(m.checkpoint AS text) AS checkpoint, c.lapsed
+    RETURNING
+        {{received_columns}},
+        c.lapsed
 )
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
@@ -325,21 +345,12 @@ WITH candidates AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE messages AS m
-SET visible_at        = statement_timestamp()
-                        + CAST(:visibility_timeout AS integer) * interval '1 second',
-    claim_token       = gen_random_uuid(),
-    fencing_token     = nextval('fencing_tokens'),
-    receive_count     = m.receive_count + 1,
-    leased            = true,
-    first_received_at = coalesce(m.first_received_at, statement_timestamp()),
-    claimed_at        = statement_timestamp()
+{{claim}}
 FROM candidates AS c
 WHERE m.id = c.id
-RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
-          CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-          m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
-          m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-          CAST(m.checkpoint AS text) AS checkpoint, c.lapsed;
+RETURNING
+    {{received_columns}},
+    c.lapsed;
 
 -- name: queue_outlook
 -- returns: OutlookRow
@@ -861,10 +872,7 @@ granted AS (
 ),
 dead AS (
     UPDATE messages AS m
-    SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
-        dead_letter_source_id = m.queue_id,
-        visible_at            = statement_timestamp(),
-        leased                = false
+    {{dead_letter}}
     FROM wanted AS w
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
       AND w.receive_count >= CAST(:max_receive_count AS integer)
@@ -881,25 +889,15 @@ dead_groups AS (
 ),
 claimed AS (
     UPDATE messages AS m
-    SET visible_at        = statement_timestamp()
-                            + CAST(:visibility_timeout AS integer) * interval '1 second',
-        claim_token       = gen_random_uuid(),
-        fencing_token     = nextval('fencing_tokens'),
-        receive_count     = m.receive_count + 1,
-        leased            = true,
-        first_received_at = coalesce(m.first_received_at, statement_timestamp()),
-        claimed_at        = statement_timestamp()
+    {{claim}}
     FROM wanted AS w
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR w.receive_count < CAST(:max_receive_count AS integer))
-    RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
-              CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-              m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
-              m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-              CAST(m.checkpoint AS text) AS checkpoint,
-              m.group_id, m.sequence_number, m.deduplication_id, w.lapsed, w.receiver,
-              w.group_rank
+    RETURNING
+        {{received_columns}},
+        m.group_id, m.sequence_number, m.deduplication_id, w.lapsed, w.receiver,
+        w.group_rank
 ),
 revoked AS (
     UPDATE messages AS m
@@ -1116,12 +1114,9 @@ FROM receive_attempts AS a,
 WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
   AND a.expires_at > statement_timestamp()
   AND m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id AND m.leased
-RETURNING m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
-          CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
-          m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
-          m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-          CAST(m.checkpoint AS text) AS checkpoint,
-          m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout;
+RETURNING
+    {{received_columns}},
+    m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout;
 
 -- name: record_receive_attempt
 -- plan: cached (a row by primary key)

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import pytest
 from support import make_queue, positional
 
 from app.auth.sql import Q as AUTH
 from app.db.connector import Connector
-from app.db.queries import compile_query
+from app.db.queries import compile_query, parse
 from app.doctor.sql import Q as DOCTOR
 from app.queue.sql import Q
 
@@ -121,3 +122,27 @@ async def test_the_two_pools_plan_as_their_statements_need(client: httpx.AsyncCl
         assert await session._driver.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
     async with connector.session(cached_plans=True) as session:
         assert await session._driver.fetchval("SHOW plan_cache_mode") == "auto"
+
+
+@pytest.mark.unit
+def test_a_fragment_is_read_in_place_of_its_use() -> None:
+    source = (
+        "-- fragment: columns\n-- Why they go together.\na, b,\n    c\n\n"
+        "-- name: one\nSELECT\n    {{columns}},\n    d\nFROM t;\n"
+    )
+    assert parse(source) == {"one": "SELECT\n    a, b,\n        c,\n    d\nFROM t;"}
+    with pytest.raises(ValueError, match="no fragment named 'missing'"):
+        parse("-- name: one\nSELECT\n    {{missing}}\n")
+    with pytest.raises(ValueError, match="'one' is named twice"):
+        parse("-- fragment: one\na\n-- name: one\nSELECT\n    {{one}}\n")
+
+
+@pytest.mark.unit
+def test_the_claims_share_what_they_write_and_return() -> None:
+    """The claim's writes and a received message's columns are written once
+    (queries.sql's fragments), so a new column cannot reach one claim only."""
+    raw = Path("app/queue/queries.sql").read_text()
+    for name in ("claim_messages", "claim_ready_messages", "claim_fifo_messages"):
+        section = raw.split(f"-- name: {name}\n", 1)[1].split("-- name: ", 1)[0]
+        assert "{{claim}}" in section and "{{received_columns}}" in section, name
+        assert "gen_random_uuid()" not in section, name
