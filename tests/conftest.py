@@ -24,6 +24,7 @@ import httpx
 import pytest
 import sandbox_home
 import uvicorn
+from processes import ServiceProcesses
 from sqlalchemy.engine import make_url
 from support import TEST_SECRET, wait_until
 
@@ -32,6 +33,7 @@ from app.db.embedded import EmbeddedPostgres, remove
 from app.db.engine import plain_url
 from app.db.migrate import upgrade
 from app.main import create_app
+from leaseq import AsyncClient
 
 # The helpers that split test files share, imported by the test modules after
 # this file: their asserts report what they compared, as a test's own do.
@@ -218,3 +220,23 @@ async def serve_factory(settings_factory: Any) -> AsyncIterator[ServeApp]:
 async def served(serve_factory: ServeApp) -> tuple[str, Any]:
     """The app behind a real uvicorn server on a free port, in this event loop."""
     return await serve_factory()
+
+
+@pytest.fixture
+async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
+    """The Python client on `served`."""
+    async with AsyncClient(served[0]) as client:
+        yield client
+
+
+@pytest.fixture
+def url(served: tuple[str, Any]) -> str:
+    """`served`'s base URL."""
+    return served[0]
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
+    """Service processes of their own (tests/processes.py), stopped after the test."""
+    with ServiceProcesses(tmp_path) as started:
+        yield started

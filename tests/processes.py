@@ -8,6 +8,7 @@ test never leaves a server behind.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -21,8 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import asyncpg
 import httpx
 import psutil
+
+from app.db.engine import plain_url
 
 LEASEQ = str(Path(sys.executable).parent / "leaseq")
 """The console script installed next to the interpreter running the tests."""
@@ -273,3 +277,25 @@ class ServiceProcesses:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+def create_fifo_queue(service: Service, name: str, **attributes: Any) -> None:
+    with service.client() as client:
+        response = client.post("/v1/queues", json={"name": name, "fifo": True, **attributes})
+        assert response.status_code == 201, response.text
+
+
+def count_messages(database_url: str, queue: str) -> int:
+    """Messages of `queue` in any state, read from the database itself."""
+    async def go() -> int:
+        conn = await asyncpg.connect(plain_url(database_url))
+        try:
+            count: int = await conn.fetchval(
+                "SELECT count(*) FROM messages m JOIN queues q ON q.id = m.queue_id "
+                "WHERE q.name = $1", queue,
+            )
+            return count
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())

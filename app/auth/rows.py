@@ -1,7 +1,7 @@
 """The rows the keys' statements (app/auth/queries.sql) return, one TypedDict per shape,
 named in each statement's `-- returns:` header. A column that may be NULL is
 `X | None`. tests/engine/test_typed_rows.py prepares every statement on
-PostgreSQL and holds these to the columns it answers: names, order and types.
+PostgreSQL and holds these to the columns it answers: names and types.
 """
 
 from __future__ import annotations

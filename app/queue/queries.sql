@@ -328,7 +328,7 @@ FROM (SELECT 1) AS always_one_row
 LEFT JOIN claimed ON true;
 
 -- name: claim_ready_messages
--- returns: ClaimedRow
+-- returns: ClaimColumns
 -- claim_messages for the common case, in a statement a third as costly to
 -- plan (planned on every execution, as the claim must be): no
 -- acknowledgements ride on it and the queue has no redrive policy, so

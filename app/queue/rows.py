@@ -1,7 +1,7 @@
 """The rows the queue engine's statements (app/queue/queries.sql) return, one TypedDict per shape,
 named in each statement's `-- returns:` header. A column that may be NULL is
 `X | None`. tests/engine/test_typed_rows.py prepares every statement on
-PostgreSQL and holds these to the columns it answers: names, order and types.
+PostgreSQL and holds these to the columns it answers: names and types.
 """
 
 from __future__ import annotations
@@ -72,45 +72,6 @@ class SentRow(TypedDict):
     sent_at: datetime
     due_in: Decimal
     notified: None
-
-
-class ClaimRow(TypedDict):
-    dead: int
-    acked: list[int]
-    acked_held: list[float | None]
-    id: int
-    message_id: UUID
-    body: str
-    attributes: str
-    attribute_types: str | None
-    sender_id: str | None
-    trace_header: str | None
-    receive_count: int
-    claim_token: UUID
-    fencing_token: int
-    lease_expires_at: datetime
-    sent_at: datetime
-    first_received_at: datetime
-    checkpoint: str | None
-    lapsed: bool
-
-
-class ClaimedRow(TypedDict):
-    id: int
-    message_id: UUID
-    body: str
-    attributes: str
-    attribute_types: str | None
-    sender_id: str | None
-    trace_header: str | None
-    receive_count: int
-    claim_token: UUID
-    fencing_token: int
-    lease_expires_at: datetime
-    sent_at: datetime
-    first_received_at: datetime
-    checkpoint: str | None
-    lapsed: bool
 
 
 class OutlookRow(TypedDict):
@@ -214,53 +175,8 @@ class FifoSentRow(TypedDict):
     notified: None
 
 
-class FifoClaimRow(TypedDict):
-    dead: int
-    id: int
-    message_id: UUID
-    body: str
-    attributes: str
-    attribute_types: str | None
-    sender_id: str | None
-    trace_header: str | None
-    receive_count: int
-    claim_token: UUID
-    fencing_token: int
-    lease_expires_at: datetime
-    sent_at: datetime
-    first_received_at: datetime
-    checkpoint: str | None
-    group_id: str | None
-    sequence_number: int
-    deduplication_id: str | None
-    lapsed: bool
-    receiver: int
-    group_rank: int
-
-
 class SweptRow(TypedDict):
     swept: int
-
-
-class ReplayedRow(TypedDict):
-    id: int
-    message_id: UUID
-    body: str
-    attributes: str
-    attribute_types: str | None
-    sender_id: str | None
-    trace_header: str | None
-    receive_count: int
-    claim_token: UUID
-    fencing_token: int
-    lease_expires_at: datetime
-    sent_at: datetime
-    first_received_at: datetime
-    checkpoint: str | None
-    group_id: str | None
-    sequence_number: int
-    deduplication_id: str | None
-    visibility_timeout: int
 
 
 class GaugeRow(TypedDict):
@@ -274,10 +190,8 @@ class GaugeRow(TypedDict):
 
 
 class MessageColumns(TypedDict):
-    """The columns claimed.py makes a received message of. Not one statement's
-    row: claim_messages, claim_ready_messages, claim_fifo_messages and
-    replay_receive_attempt each answer them among their own (the test holds
-    them to it)."""
+    """A claimed message as its receiver gets it: the columns claimed.py makes a
+    received message of (queries.sql's fragment `received_columns`)."""
 
     id: int
     message_id: UUID
@@ -296,7 +210,37 @@ class MessageColumns(TypedDict):
 
 
 class ClaimColumns(MessageColumns):
-    """A claim statement's columns for each message it claimed (a replayed
-    receive attempt's rows have no `lapsed`)."""
+    """A claim's row for each message it took (claim_ready_messages' whole row)."""
 
     lapsed: bool
+
+
+class ClaimRow(ClaimColumns):
+    """claim_messages: always one row at least. When it claimed nothing, that
+    row's message columns are NULL (the readers skip a row without an `id`)."""
+
+    dead: int
+    acked: list[int]
+    acked_held: list[float | None]
+
+
+class FifoClaimRow(ClaimColumns):
+    """claim_fifo_messages: like ClaimRow, one row at least, each message with
+    its group, its place in it and the receiver of the group statement it is for."""
+
+    dead: int
+    group_id: str | None
+    sequence_number: int
+    deduplication_id: str | None
+    receiver: int
+    group_rank: int
+
+
+class ReplayedRow(MessageColumns):
+    """replay_receive_attempt: a message answered again, with its group and the
+    visibility timeout of the attempt it was first claimed for."""
+
+    group_id: str | None
+    sequence_number: int
+    deduplication_id: str | None
+    visibility_timeout: int

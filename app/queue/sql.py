@@ -6,7 +6,7 @@ from app.db.queries import Queries, Query, load
 from app.queue.rows import (
     ChangedRow,
     CheckpointRow,
-    ClaimedRow,
+    ClaimColumns,
     ClaimRow,
     DeletedRow,
     FifoClaimRow,
@@ -55,7 +55,7 @@ class Statements(Queries):
     queue_stats: Query[QueueStatsRow]
     send_messages: Query[SentRow]
     claim_messages: Query[ClaimRow]
-    claim_ready_messages: Query[ClaimedRow]
+    claim_ready_messages: Query[ClaimColumns]
     queue_outlook: Query[OutlookRow]
     change_visibility: Query[ChangedRow]
     give_back_claims: Query[GivenBackRow]

@@ -4,19 +4,10 @@ requests, each caller keeping its own answer or error."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
 
-import pytest
 from support import wait_until
 
 from leaseq import AsyncClient, MessageTooLarge, QueueNotFound, Sent
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
 
 
 async def test_concurrent_sends_go_in_batches_of_ten(api: AsyncClient) -> None:

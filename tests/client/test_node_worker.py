@@ -59,12 +59,6 @@ class NodeWorker:
 
 
 @pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
 async def node_worker(
     served: tuple[str, Any], tmp_path: Path
 ) -> AsyncIterator[Any]:

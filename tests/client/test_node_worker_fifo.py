@@ -99,12 +99,6 @@ StartWorker = Callable[..., Awaitable[NodeWorker]]
 
 
 @pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
 async def node_worker(served: tuple[str, Any], tmp_path: Path) -> AsyncIterator[StartWorker]:
     handler = tmp_path / "fifo_handler.mjs"
     handler.write_text(HANDLER)

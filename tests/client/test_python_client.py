@@ -8,9 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from processes import LEASEQ, service_env
@@ -49,17 +47,6 @@ SERVER_MODULES = (
 
 def server_modules(loaded: list[str]) -> list[str]:
     return [m for m in loaded if any(m == s or m.startswith(s + ".") for s in SERVER_MODULES)]
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
 
 
 # -- the package stands alone --------------------------------------------------------

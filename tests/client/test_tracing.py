@@ -61,12 +61,6 @@ def recorded(spans: InMemorySpanExporter) -> InMemorySpanExporter:
     return spans
 
 
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
 @contextlib.asynccontextmanager
 async def running(worker: Worker) -> AsyncIterator[None]:
     task = asyncio.create_task(worker.serve())

@@ -10,26 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 from support import wait_until
 from worker_support import running
 
 from leaseq import AsyncClient, AsyncContext, Message, Worker
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
 
 
 class Counting(httpx.AsyncBaseTransport):

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from support import wait_until
 from worker_support import running, stats, steal
 
@@ -27,17 +25,6 @@ from leaseq import (
     Message,
     Worker,
 )
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
 
 
 async def test_a_checkpoint_renews_the_lease_and_resumes_a_redelivered_job(

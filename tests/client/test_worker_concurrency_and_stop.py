@@ -10,25 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from support import wait_until
 from worker_support import running
 
 from leaseq import AsyncClient, AsyncContext, CancelReason, Context, Message, QueueNotFound, Worker
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
 
 
 async def test_concurrency_runs_n_handlers_at_once(api: AsyncClient, url: str) -> None:

@@ -35,17 +35,6 @@ from leaseq import (
 )
 
 
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
-
-
 @contextlib.asynccontextmanager
 async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
     """The worker serving in this loop; stopped (without grace) on the way out."""

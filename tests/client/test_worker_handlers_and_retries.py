@@ -11,26 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from support import wait_until
 from worker_support import running, stats
 
 from leaseq import AsyncClient, AsyncContext, Backoff, Context, Message, Outcome, Worker
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
-
 
 # -- the worker ----------------------------------------------------------------------
 

@@ -11,26 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
-import pytest
 from support import wait_until
 from worker_support import running, steal
 
 from leaseq import AsyncClient, AsyncContext, CancelReason, Context, Message, Worker
-
-
-@pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
 
 
 async def test_a_lost_lease_cancels_an_async_handler_within_one_period(

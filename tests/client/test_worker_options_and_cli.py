@@ -22,11 +22,6 @@ from leaseq.cli import _parser, worker_backoff
 TESTS = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def url(served: tuple[str, Any]) -> str:
-    return served[0]
-
-
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -32,12 +32,6 @@ pytestmark = [
 
 
 @pytest.fixture
-async def api(served: tuple[str, Any]) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(served[0]) as client:
-        yield client
-
-
-@pytest.fixture
 async def shell_worker(served: tuple[str, Any], tmp_path: Path) -> AsyncIterator[Any]:
     """Runs the script for one message (LEASEQ_ONCE); `finish()` gives its exit
     code and log."""

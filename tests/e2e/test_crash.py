@@ -11,7 +11,6 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.e2e
 
 LEASE = 3600  # long enough that nothing is handed out twice while draining
 BATCH = 5
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
 
 
 def create_queue(service: Service, name: str) -> None:

@@ -13,7 +13,6 @@ test_fifo_deduplication_across_restarts.py.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -24,16 +23,12 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from processes import Service, ServiceProcesses, wait_until
-
-from app.db.engine import plain_url
+from processes import Service, ServiceProcesses, count_messages, create_fifo_queue, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -142,33 +137,6 @@ while not os.path.exists(os.path.join(control, "stop")):
         acknowledge(m)
 log(ev="stop", c=name)
 '''
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
-
-
-def create_fifo_queue(service: Service, name: str, **attributes: Any) -> None:
-    with service.client() as client:
-        response = client.post("/v1/queues", json={"name": name, "fifo": True, **attributes})
-        assert response.status_code == 201, response.text
-
-
-def count_messages(database_url: str, queue: str) -> int:
-    async def go() -> int:
-        conn = await asyncpg.connect(plain_url(database_url))
-        try:
-            count: int = await conn.fetchval(
-                "SELECT count(*) FROM messages m JOIN queues q ON q.id = m.queue_id "
-                "WHERE q.name = $1", queue,
-            )
-            return count
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 # -- consumers ----------------------------------------------------------------------

@@ -6,45 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
-from processes import Service, ServiceProcesses
-
-from app.db.engine import plain_url
+from processes import ServiceProcesses, count_messages, create_fifo_queue
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
-
-
-def create_fifo_queue(service: Service, name: str, **attributes: Any) -> None:
-    with service.client() as client:
-        response = client.post("/v1/queues", json={"name": name, "fifo": True, **attributes})
-        assert response.status_code == 201, response.text
-
-
-def count_messages(database_url: str, queue: str) -> int:
-    async def go() -> int:
-        conn = await asyncpg.connect(plain_url(database_url))
-        try:
-            count: int = await conn.fetchval(
-                "SELECT count(*) FROM messages m JOIN queues q ON q.id = m.queue_id "
-                "WHERE q.name = $1", queue,
-            )
-            return count
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 # -- deduplication ------------------------------------------------------------------

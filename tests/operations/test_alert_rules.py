@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,12 +81,6 @@ def test_promtool_checks_the_rules_and_passes_their_unit_tests() -> None:
     tested = subprocess.run([PROMTOOL, "test", "rules", RULE_TESTS.name], cwd=RULES_DIR,
                             capture_output=True, text=True, timeout=120)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
 
 
 def _instant(text: str) -> datetime:

@@ -8,7 +8,6 @@ import json
 import logging
 import logging.config
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,6 @@ from processes import ServiceProcesses
 
 from app.config import Settings
 from app.logs import log_format, logging_config
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
 
 
 def _formatted(settings: Settings, record: logging.LogRecord) -> str:

@@ -149,12 +149,6 @@ def pgbouncers(database_url: str) -> Iterator[StartPgBouncer]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
-
-
 def _parked(metrics: str) -> int:
     for line in metrics.splitlines():
         if line.startswith("leaseq_waiting_receivers "):

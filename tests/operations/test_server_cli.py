@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -28,12 +27,6 @@ from app.db.migrate import alembic_config
 pytestmark = pytest.mark.e2e
 
 ADMIN_KEY = "LQCLIBOOTSTRAP000001.cli-admin-secret-0123456789abcdef"
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
-    with ServiceProcesses(tmp_path) as started:
-        yield started
 
 
 def round_trip(service: Service, queue: str = "cli") -> str:
