@@ -27,6 +27,7 @@ from app.errors import InvalidParameter, UnsupportedMediaType
 ASSETS = Path(__file__).parent / "static"
 _TYPES = {
     "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard-kit.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
 }
 _PAGE_HEADERS = {
