@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
-from uuid import UUID
 
 from app.db.connector import Row
 from app.db.queries import Query
 from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
+from app.queue.receipts import Receipt
 from app.queue.rows import ClaimColumns, MessageColumns
 from app.queue.sql import Q
 from app.queue.waiting import Ready
@@ -41,25 +41,19 @@ class Outgoing(NamedTuple):
     trace_header: str | None = None  # SQS's AWSTraceHeader (NULL for nearly every message)
 
 
-class Handle(NamedTuple):
-    """A decoded receipt: the message's row and the claim it must still hold."""
-
-    row: int
-    token: UUID
-
-
 class Change(NamedTuple):
-    row: int
-    token: UUID
+    """A visibility change: the claim it is for, and the new visibility timeout."""
+
+    claim: Receipt
     visibility_timeout: int
 
 
 class Take(NamedTuple):
-    """A receiver's part of a claim: how many messages, and the handles whose
+    """A receiver's part of a claim: how many messages, and the claims whose
     messages it acknowledges in the same statement."""
 
     wanted: int
-    acks: tuple[Handle, ...] = ()
+    acks: tuple[Receipt, ...] = ()
 
 
 Deleted = Mapping[int, float | None]
@@ -90,8 +84,8 @@ def claim_params(queue: Queue, visibility_timeout: int, takes: list[Take]) -> di
         "max": sum(take.wanted for take in takes),
         "dead_letter_queue_id": queue.dead_letter_queue_id,
         "max_receive_count": queue.attributes.max_receive_count,
-        "ack_ids": [ack.row for ack in acks],
-        "ack_tokens": [ack.token for ack in acks],
+        "ack_ids": [ack.message_row for ack in acks],
+        "ack_tokens": [ack.claim_token for ack in acks],
     }
 
 
@@ -184,27 +178,28 @@ def _claim_share(rows: list[Any], groups: list[list[Take]]) -> list[Claimed]:
                      key=lambda row: row["fencing_token"])
     shares = []
     for (take,) in groups:
-        mine = {ack.row: acked[ack.row] for ack in take.acks if ack.row in acked}
+        mine = {ack.message_row: acked[ack.message_row] for ack in take.acks
+                if ack.message_row in acked}
         shares.append(Claimed(claimed[:take.wanted], dead, mine))
         claimed = claimed[take.wanted:]
     return shares
 
 
-def give_back(queue: Queue, claims: Sequence[Handle]) -> Statement | None:
+def give_back(queue: Queue, claims: Sequence[Receipt]) -> Statement | None:
     """Undoes `claims`, which reached no receiver (the queue kind's give_back: a
     FIFO queue's frees their groups too)."""
     if not claims:
         return None
     return queue.kind.give_back, {
         "queue_id": queue.id,
-        "ids": [claim.row for claim in claims],
-        "tokens": [claim.token for claim in claims],
+        "ids": [claim.message_row for claim in claims],
+        "tokens": [claim.claim_token for claim in claims],
     }
 
 
-def handles(rows: Sequence[MessageColumns]) -> list[Handle]:
+def claims_of(queue_id: int, rows: Sequence[MessageColumns]) -> list[Receipt]:
     """The claims of claimed rows."""
-    return [Handle(row["id"], row["claim_token"]) for row in rows]
+    return [Receipt(queue_id, row["id"], row["claim_token"]) for row in rows]
 
 
 def _claim_query(key: ClaimKey, takes: list[Take]) -> Query[Any]:
@@ -222,36 +217,43 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     share=_claim_share,
     limit=GROUP_ITEMS,
     weigh=lambda takes: sum(take.wanted + len(take.acks) for take in takes),
-    rows=lambda take: (ack.row for ack in take.acks),
+    rows=lambda take: (ack.message_row for ack in take.acks),
     then=lambda key, rows: dead_letter_notice(key[0], _dead(rows)),
-    undo=lambda key, share: give_back(key[0], handles(share.rows)),
+    undo=lambda key, share: give_back(key[0], claims_of(key[0].id, share.rows)),
     variant=_claim_query,
 )
 
 
-def _delete_share(rows: list[Row], groups: list[list[Handle]]) -> list[Deleted]:
+def _delete_share(rows: list[Row], groups: list[list[Receipt]]) -> list[Deleted]:
     deleted = {row["id"]: row["held"] for row in rows}
-    return [{h.row: deleted[h.row] for h in group if h.row in deleted} for group in groups]
+    return [
+        {h.message_row: deleted[h.message_row] for h in group if h.message_row in deleted}
+        for group in groups
+    ]
 
 
-DELETE: Grouped[int, Handle, Deleted] = Grouped(
+DELETE: Grouped[int, Receipt, Deleted] = Grouped(
     name="delete",
     query=Q.delete_messages,
     params=lambda queue_id, flat: {
         "queue_id": queue_id,
-        "ids": [h.row for h in flat],
-        "tokens": [h.token for h in flat],
+        "ids": [h.message_row for h in flat],
+        "tokens": [h.claim_token for h in flat],
     },
     share=_delete_share,
     limit=GROUP_ITEMS,
-    rows=lambda h: (h.row,),
+    rows=lambda h: (h.message_row,),
 )
 """The rows deleted, of those asked for."""
 
 
 def _change_share(rows: list[Row], groups: list[list[Change]]) -> list[dict[int, Row]]:
     changed = {row["id"]: row for row in rows}
-    return [{c.row: changed[c.row] for c in group if c.row in changed} for group in groups]
+    return [
+        {c.claim.message_row: changed[c.claim.message_row] for c in group
+         if c.claim.message_row in changed}
+        for group in groups
+    ]
 
 
 def _change_notice(queue_id: int, rows: list[Row]) -> Statement | None:
@@ -264,13 +266,13 @@ CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(
     query=Q.change_visibility,
     params=lambda queue_id, flat: {
         "queue_id": queue_id,
-        "ids": [c.row for c in flat],
-        "tokens": [c.token for c in flat],
+        "ids": [c.claim.message_row for c in flat],
+        "tokens": [c.claim.claim_token for c in flat],
         "visibility_timeouts": [c.visibility_timeout for c in flat],
     },
     share=_change_share,
     limit=GROUP_ITEMS,
-    rows=lambda c: (c.row,),
+    rows=lambda c: (c.claim.message_row,),
     then=_change_notice,
     budgeted=True,
 )
@@ -385,17 +387,17 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
     limit=GROUP_ITEMS,
     weigh=lambda takes: sum(take.wanted for take in takes),
     then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
-    undo=lambda key, share: give_back(key[0], handles(share.rows)),
+    undo=lambda key, share: give_back(key[0], claims_of(key[0].id, share.rows)),
 )
 """A FIFO claim's takes carry no acknowledgements: they are settled first."""
 
-DELETE_FIFO: Grouped[int, Handle, Deleted] = Grouped(
+DELETE_FIFO: Grouped[int, Receipt, Deleted] = Grouped(
     name="delete_fifo",
     query=Q.delete_fifo_messages,
     params=DELETE.params,
     share=_delete_share,
     limit=GROUP_ITEMS,
-    rows=lambda h: (h.row,),
+    rows=lambda h: (h.message_row,),
 )
 
 CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
@@ -404,7 +406,7 @@ CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
     params=CHANGE.params,
     share=_change_share,
     limit=GROUP_ITEMS,
-    rows=lambda c: (c.row,),
+    rows=lambda c: (c.claim.message_row,),
     then=_change_notice,
     budgeted=True,
 )

@@ -21,6 +21,7 @@ from app.db.queries import Query
 from app.queue import grouped
 from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
+from app.queue.receipts import Receipt
 from app.queue.rows import FifoSentRow, MessageColumns, SentRow
 from app.queue.sending import fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
@@ -41,7 +42,7 @@ class QueueKind:
     sent: Callable[[Any], SentMessage]
     """A send statement's row as its sender's answer."""
     claim: Grouped[grouped.ClaimKey, grouped.Take, grouped.Claimed]
-    delete: Grouped[int, grouped.Handle, grouped.Deleted]
+    delete: Grouped[int, Receipt, grouped.Deleted]
     change: Grouped[int, grouped.Change, dict[int, Row]]
     give_back: Query[Any]
     """Undoes claims that reached no receiver (ids, claim tokens)."""

@@ -24,7 +24,7 @@ from app.queue.catalog import QueueCatalog, check_range
 from app.queue.claimed import claimed
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit
-from app.queue.grouped import Change, Deleted, Handle
+from app.queue.grouped import Change, Deleted
 from app.queue.models import (
     EntryError,
     Lease,
@@ -98,7 +98,7 @@ class QueueService:
                 decoded.append(exc)
         return decoded
 
-    async def _give_back(self, queue: Queue, claims: list[Handle]) -> None:
+    async def _give_back(self, queue: Queue, claims: list[Receipt]) -> None:
         """Undoes claims that will reach no receiver (their request was cancelled,
         or its client left), so they are visible again at once rather than after
         a whole lease; should that fail, the leases run out instead. The claims a
@@ -172,12 +172,12 @@ class QueueService:
         queue: Queue,
         visibility_timeout: int,
         count: int,
-        acks: tuple[Handle, ...],
+        acks: tuple[Receipt, ...],
     ) -> tuple[list[ReceivedMessage], Deleted]:
         """_claim, whose first statement also deletes the messages of `acks`
         (conditional on each claim); with the rows it deleted."""
         received: list[ReceivedMessage] = []
-        taken: list[Handle] = []  # claimed by earlier rounds
+        taken: list[Receipt] = []  # claimed by earlier rounds
         acked: dict[int, float | None] = {}
         claim = queue.kind.claim
         assert queue.kind.acks_ride_claims or not acks
@@ -191,7 +191,7 @@ class QueueService:
                 # earlier rounds' are this receive's to give back.
                 self._in_background(self._give_back(queue, taken))
                 raise
-            taken.extend(grouped.handles(share.rows))
+            taken.extend(grouped.claims_of(queue.id, share.rows))
             acked.update(share.acked)
             self._tell_claimed(queue, share.rows, share.dead, visibility_timeout)
             received.extend(
@@ -247,7 +247,7 @@ class QueueService:
             # The client went while the claim's statement ran.
             queue = await self.queues.find(name)
             await self._give_back(
-                queue, [Handle(m.claim.message_row, m.claim.claim_token) for m in received]
+                queue, [m.claim for m in received]
             )
             return []
         if not received:
@@ -330,7 +330,7 @@ class QueueService:
             return Settled(received, deleted, extended)
         receipts = self._receipts(queue, delete)
         acks = tuple(
-            Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)
+            r for r in receipts if isinstance(r, Receipt)
         )
         if visibility_timeout is None:
             visibility_timeout = queue.attributes.visibility_timeout
@@ -350,7 +350,7 @@ class QueueService:
         queue = await self.queues.find(name)
         receipts = self._receipts(queue, [handle for handle, _ in entries])
         valid = [
-            Change(r.message_row, r.claim_token, visibility_timeout)
+            Change(r, visibility_timeout)
             for r, (_, visibility_timeout) in zip(receipts, entries, strict=True)
             if isinstance(r, Receipt)
         ]
@@ -372,7 +372,9 @@ class QueueService:
 
     def _tell_changed(self, queue: Queue, changes: list[Change], changed: dict[int, Row]) -> None:
         lost = len(changes) - len(changed)
-        released = sum(1 for c in changes if c.visibility_timeout == 0 and c.row in changed)
+        released = sum(
+            1 for c in changes if c.visibility_timeout == 0 and c.claim.message_row in changed
+        )
         if lost:
             self.events.lease_lost(queue.name, lost)
         if released:
@@ -440,7 +442,7 @@ class QueueService:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
         queue = await self.queues.find(name)
         receipts = self._receipts(queue, handles)
-        valid = [Handle(r.message_row, r.claim_token) for r in receipts if isinstance(r, Receipt)]
+        valid = [r for r in receipts if isinstance(r, Receipt)]
         deleted = await self.group.run(queue.kind.delete, queue.id, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
 

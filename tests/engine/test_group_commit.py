@@ -313,10 +313,12 @@ async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
 
 
 def test_a_plain_claim_takes_the_lean_statement_and_the_rest_the_full_one() -> None:
+    import uuid
     from datetime import UTC, datetime
 
-    from app.queue.grouped import Handle, Take, _claim_query
+    from app.queue.grouped import Take, _claim_query
     from app.queue.models import Queue, QueueAttributes
+    from app.queue.receipts import Receipt
     from app.queue.sql import Q
 
     def queue(**attributes: Any) -> Queue:
@@ -325,7 +327,7 @@ def test_a_plain_claim_takes_the_lean_statement_and_the_rest_the_full_one() -> N
 
     plain, redriven = queue(), queue(dead_letter_queue="dlq", max_receive_count=3)
     assert _claim_query((plain, 30), [Take(1), Take(10)]) is Q.claim_ready_messages
-    assert _claim_query((plain, 30), [Take(1), Take(1, (Handle(7, None),))]) is (  # type: ignore[arg-type]
+    assert _claim_query((plain, 30), [Take(1), Take(1, (Receipt(1, 7, uuid.uuid4()),))]) is (
         Q.claim_messages)
     assert _claim_query((redriven, 30), [Take(1)]) is Q.claim_messages
 
