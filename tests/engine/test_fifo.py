@@ -510,7 +510,7 @@ async def test_a_fifo_claim_given_back_frees_its_group_uncounted(
     rows = [r for r in await db.fetch(statement, params) if r["id"] is not None]
     assert len(rows) == 2
     assert await receive(client, queue) == []  # the group is taken
-    undo = grouped.give_back(found, rows)
+    undo = grouped.give_back(found, grouped.claims_of(found.id, rows))
     assert undo is not None
     await db.fetch(*undo)
     again = await receive(client, queue, max=10)
