@@ -15,7 +15,7 @@ import copy
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -31,11 +31,11 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from app.db.connector import Row
 from app.queue.advice import LeaseAdvice, LeaseWatch
 from app.queue.events import QueueEvents
 from app.queue.group_commit import GroupCommit
 from app.queue.maintenance import Maintenance
+from app.queue.rows import GaugeRow
 from app.queue.waiting import WaitHub
 
 GAUGE_CACHE_SECONDS = 2.0
@@ -63,9 +63,9 @@ def multiprocess_dir() -> str | None:
 class QueueGauges:
     """The queue_gauges statement's last reading, as metric families."""
 
-    def __init__(self, read: Callable[[], Any]) -> None:
-        self._read = read  # async () -> list[Row]
-        self._rows: list[Row] = []
+    def __init__(self, read: Callable[[], Awaitable[list[GaugeRow]]]) -> None:
+        self._read = read
+        self._rows: list[GaugeRow] = []
         self._read_at = -GAUGE_CACHE_SECONDS
 
     async def refresh(self) -> None:
@@ -73,7 +73,7 @@ class QueueGauges:
             self._rows = await self._read()
             self._read_at = time.monotonic()
 
-    async def read(self) -> list[Row]:
+    async def read(self) -> list[GaugeRow]:
         """The rows of the last reading, refreshed when older than the cache."""
         await self.refresh()
         return self._rows

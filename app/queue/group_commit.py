@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from app.db.connector import Connector, Row, Session
+from app.db.connector import Connector, Session
 from app.db.queries import Query
 from app.queue.coalesce import Coalescer
 
@@ -43,7 +43,7 @@ class Grouped(Generic[K, T, R]):
     weigh: Callable[[list[T]], int] = len
     rows: Callable[[T], Iterable[Hashable]] | None = None
     """The message rows an item writes: one statement never writes a row twice."""
-    then: Callable[[K, list[Row]], Statement | None] | None = None
+    then: Callable[[K, list[Any]], Statement | None] | None = None
     """A statement to run after it on the same connection (a NOTIFY): with each
     statement its own transaction, it is delivered after the write committed."""
     undo: Callable[[K, R], Statement | None] | None = None

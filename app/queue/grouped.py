@@ -11,14 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from app.db.connector import Row
 from app.db.queries import Query
 from app.queue.group_commit import Grouped, Statement
 from app.queue.models import Queue
 from app.queue.receipts import Receipt
-from app.queue.rows import ClaimColumns, MessageColumns
+from app.queue.rows import (
+    ChangedRow,
+    ClaimColumns,
+    DeletedRow,
+    FifoSentRow,
+    MessageColumns,
+    SentRow,
+)
 from app.queue.sql import Q
 from app.queue.waiting import Ready
 
@@ -27,6 +34,8 @@ GROUP_ITEMS = 500
 
 GROUP_SEND_BYTES = 4 * 1024 * 1024
 """Most body and attribute bytes one INSERT carries (a larger send runs alone)."""
+
+R = TypeVar("R")
 
 
 class Outgoing(NamedTuple):
@@ -101,7 +110,7 @@ def notify(notice: Ready) -> Statement:
     return Q.notify_ready, notice._asdict()
 
 
-def visibility_notice(queue_id: int, rows: list[Row]) -> Ready | None:
+def visibility_notice(queue_id: int, rows: Sequence[ChangedRow]) -> Ready | None:
     """Releases wake receivers now; a lease shortened (rare) sets their timer."""
     ready = sum(1 for row in rows if row["visibility_timeout"] == 0)
     due_in = min(
@@ -114,7 +123,7 @@ def visibility_notice(queue_id: int, rows: list[Row]) -> Ready | None:
     return Ready(queue_id, ready, due_in)
 
 
-def send_notice(queue_id: int, rows: list[Row]) -> Ready:
+def send_notice(queue_id: int, rows: Sequence[SentRow]) -> Ready:
     """What send_messages announced (in SQL) of these rows."""
     dues = [float(row["due_in"]) for row in rows]
     return Ready(
@@ -124,7 +133,7 @@ def send_notice(queue_id: int, rows: list[Row]) -> Ready:
     )
 
 
-def _in_order(rows: list[Row], groups: list[list[Any]]) -> list[list[Row]]:
+def _in_order(rows: list[R], groups: list[list[Any]]) -> list[list[R]]:
     shares = []
     start = 0
     for group in groups:
@@ -152,7 +161,7 @@ def _send_weight(items: list[Outgoing] | list[FifoOutgoing]) -> int:
     return sum(len(m.body) + len(m.attributes) + len(m.trace_header or "") + 64 for m in items)
 
 
-SEND: Grouped[SendKey, Outgoing, list[Row]] = Grouped(
+SEND: Grouped[SendKey, Outgoing, list[SentRow]] = Grouped(
     name="send",
     query=Q.send_messages,
     params=_send_params,
@@ -224,7 +233,7 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 
 
-def _delete_share(rows: list[Row], groups: list[list[Receipt]]) -> list[Deleted]:
+def _delete_share(rows: list[DeletedRow], groups: list[list[Receipt]]) -> list[Deleted]:
     deleted = {row["id"]: row["held"] for row in rows}
     return [
         {h.message_row: deleted[h.message_row] for h in group if h.message_row in deleted}
@@ -247,7 +256,9 @@ DELETE: Grouped[int, Receipt, Deleted] = Grouped(
 """The rows deleted, of those asked for."""
 
 
-def _change_share(rows: list[Row], groups: list[list[Change]]) -> list[dict[int, Row]]:
+def _change_share(
+    rows: list[ChangedRow], groups: list[list[Change]]
+) -> list[dict[int, ChangedRow]]:
     changed = {row["id"]: row for row in rows}
     return [
         {c.claim.message_row: changed[c.claim.message_row] for c in group
@@ -256,12 +267,12 @@ def _change_share(rows: list[Row], groups: list[list[Change]]) -> list[dict[int,
     ]
 
 
-def _change_notice(queue_id: int, rows: list[Row]) -> Statement | None:
+def _change_notice(queue_id: int, rows: list[ChangedRow]) -> Statement | None:
     notice = visibility_notice(queue_id, rows)
     return None if notice is None else notify(notice)
 
 
-CHANGE: Grouped[int, Change, dict[int, Row]] = Grouped(
+CHANGE: Grouped[int, Change, dict[int, ChangedRow]] = Grouped(
     name="change_visibility",
     query=Q.change_visibility,
     params=lambda queue_id, flat: {
@@ -331,13 +342,15 @@ def _fifo_send_params(key: FifoSendKey, flat: list[FifoOutgoing]) -> Mapping[str
     }
 
 
-def _fifo_send_share(rows: list[Row], groups: list[list[FifoOutgoing]]) -> list[list[Row]]:
+def _fifo_send_share(
+    rows: list[FifoSentRow], groups: list[list[FifoOutgoing]]
+) -> list[list[FifoSentRow]]:
     _, index = _first_of_each([m for group in groups for m in group])
     flat_rows = [rows[i] for i in index]
     return _in_order(flat_rows, groups)
 
 
-SEND_FIFO: Grouped[FifoSendKey, FifoOutgoing, list[Row]] = Grouped(
+SEND_FIFO: Grouped[FifoSendKey, FifoOutgoing, list[FifoSentRow]] = Grouped(
     name="send_fifo",
     query=Q.send_fifo_messages,
     params=_fifo_send_params,
@@ -400,7 +413,7 @@ DELETE_FIFO: Grouped[int, Receipt, Deleted] = Grouped(
     rows=lambda h: (h.message_row,),
 )
 
-CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
+CHANGE_FIFO: Grouped[int, Change, dict[int, ChangedRow]] = Grouped(
     name="change_fifo_visibility",
     query=Q.change_fifo_visibility,
     params=CHANGE.params,
@@ -412,7 +425,7 @@ CHANGE_FIFO: Grouped[int, Change, dict[int, Row]] = Grouped(
 )
 
 
-def fifo_send_notice(queue_id: int, delay: int, rows: list[Row]) -> Ready:
+def fifo_send_notice(queue_id: int, delay: int, rows: Sequence[FifoSentRow]) -> Ready:
     """What send_fifo_messages announces of these rows, about: the SQL wakes one
     receiver per group that got a message, this one per message stored."""
     stored = sum(1 for row in rows if row["stored"])

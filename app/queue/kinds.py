@@ -22,7 +22,7 @@ from app.queue import grouped
 from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
 from app.queue.receipts import Receipt
-from app.queue.rows import FifoSentRow, MessageColumns, SentRow
+from app.queue.rows import ChangedRow, FifoSentRow, MessageColumns, SentRow
 from app.queue.sending import fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
 from app.queue.waiting import Ready
@@ -31,19 +31,19 @@ from app.queue.waiting import Ready
 @dataclass(frozen=True, slots=True)
 class QueueKind:
     name: str
-    send: Grouped[tuple[int, int], Any, list[Row]]
+    send: Grouped[tuple[int, int], Any, list[Any]]
     send_key: Callable[[Queue], tuple[int, int]]
     """What one send statement shares besides the queue (the key of its line)."""
     outgoing: Callable[[QueueAttributes, OutgoingMessage], Any]
     """A checked message as the kind's send statement takes it."""
-    send_notice: Callable[[Queue, list[Row]], Ready]
+    send_notice: Callable[[Queue, list[Any]], Ready]
     """What the send statement announced (in SQL), worked out again for this
     process's receivers while its LISTEN connection is down."""
     sent: Callable[[Any], SentMessage]
     """A send statement's row as its sender's answer."""
     claim: Grouped[grouped.ClaimKey, grouped.Take, grouped.Claimed]
     delete: Grouped[int, Receipt, grouped.Deleted]
-    change: Grouped[int, grouped.Change, dict[int, Row]]
+    change: Grouped[int, grouped.Change, dict[int, ChangedRow]]
     give_back: Query[Any]
     """Undoes claims that reached no receiver (ids, claim tokens)."""
     free_groups: tuple[Query[Any], ...]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from app.config import Settings
-from app.db.connector import Connector, ConstraintViolation, Row
+from app.db.connector import Connector, ConstraintViolation
 from app.errors import InvalidReceiptHandle, LeaseLost, Overloaded, QueueNotFound
 from app.queue import grouped, limits, peeking
 from app.queue.attempts import ReceiveAttempts
@@ -37,7 +37,7 @@ from app.queue.models import (
 )
 from app.queue.receipts import Receipt, ReceiptSigner
 from app.queue.receiving import Gone, Receive, check_receive
-from app.queue.rows import ClaimColumns
+from app.queue.rows import ChangedRow, ClaimColumns
 from app.queue.sending import accept
 from app.queue.settling import Settled, acknowledged, check_settling
 from app.queue.sql import Q
@@ -370,7 +370,9 @@ class QueueService:
                 results.append(EntryError(LeaseLost()))
         return results
 
-    def _tell_changed(self, queue: Queue, changes: list[Change], changed: dict[int, Row]) -> None:
+    def _tell_changed(
+        self, queue: Queue, changes: list[Change], changed: dict[int, ChangedRow]
+    ) -> None:
         lost = len(changes) - len(changed)
         released = sum(
             1 for c in changes if c.visibility_timeout == 0 and c.claim.message_row in changed
@@ -384,7 +386,7 @@ class QueueService:
 
     async def _change_within_budget(
         self, queue: Queue, changes: list[Change]
-    ) -> dict[int, Row]:
+    ) -> dict[int, ChangedRow]:
         """Visibility changes share two fifths of their pool (GroupCommit's budget).
         A beat that has waited for it as long as any request may wait for a
         connection is refused, so that its worker hears in time to try again
