@@ -176,7 +176,6 @@ def create_engine(
 ) -> AsyncEngine:
     """`pgbouncer`: the pool mode of a PgBouncer between us and PostgreSQL
     (LEASEQ_PGBOUNCER)."""
-    mode = pgbouncer
     engine = create_async_engine(
         asyncpg_url(url),
         pool_size=pool_size,
@@ -185,9 +184,9 @@ def create_engine(
         # No connection free for this long means the pool is starved; failing
         # fast as 503 beats a request hanging on it (app/queue/catalog.py).
         pool_timeout=pool_timeout,
-        connect_args=connect_args(dial=dial, cached_plans=cached_plans, pgbouncer=mode),
+        connect_args=connect_args(dial=dial, cached_plans=cached_plans, pgbouncer=pgbouncer),
     )
-    if mode == "session":
+    if pgbouncer == "session":
         # The client keeps its server connection until it disconnects (PgBouncer
         # then resets it), so a SET lasts as long as the connection.
         plan_cache_mode = (CACHED_PLAN_SETTINGS if cached_plans else SERVER_SETTINGS)[

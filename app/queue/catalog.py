@@ -267,10 +267,11 @@ class QueueCatalog:
             wanted = _merge(current.attributes, edit(current.attributes))
             values = await _sql_values(session, name, wanted)
             (row,) = await session.fetch(Q.update_queue, {"id": current.id, **values})
-            if wanted.fifo and wanted.delay < current.attributes.delay:
+            if wanted.delay < current.attributes.delay:
                 # A FIFO queue's delay counts from each message's sending: a
                 # shorter one may make its groups claimable sooner.
-                await session.execute(Q.touch_groups, {"queue_id": current.id, "ids": None})
+                for statement in current.kind.free_groups:
+                    await session.execute(statement, {"queue_id": current.id, "ids": None})
             await _announce_change(session, current.id)
             return _queue_from_row(row)
 

@@ -20,6 +20,7 @@ import hmac
 import re
 import struct
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,3 +132,15 @@ class ReceiptSigner:
         if handle_queue != queue_id:
             raise InvalidReceiptHandle("The receipt handle belongs to another queue.")
         return Receipt(queue_id=handle_queue, message_row=row, claim_token=uuid.UUID(bytes=token))
+
+    def decode_all(
+        self, handles: Sequence[str], *, queue_id: int
+    ) -> list[Receipt | InvalidReceiptHandle]:
+        """`decode` for each handle of a batch: its claim, or why it names none."""
+        decoded: list[Receipt | InvalidReceiptHandle] = []
+        for handle in handles:
+            try:
+                decoded.append(self.decode(handle, queue_id=queue_id))
+            except InvalidReceiptHandle as exc:
+                decoded.append(exc)
+        return decoded

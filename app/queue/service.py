@@ -82,22 +82,6 @@ class QueueService:
 
     # -- plumbing -----------------------------------------------------------
 
-    def _receipt(self, queue: Queue, handle: str) -> Receipt:
-        """The claim a receipt handle names: the one place a request decodes one
-        (InvalidReceiptHandle for a handle not signed for this queue)."""
-        return self._signer.decode(handle, queue_id=queue.id)
-
-    def _receipts(
-        self, queue: Queue, handles: Sequence[str]
-    ) -> list[Receipt | InvalidReceiptHandle]:
-        decoded: list[Receipt | InvalidReceiptHandle] = []
-        for handle in handles:
-            try:
-                decoded.append(self._receipt(queue, handle))
-            except InvalidReceiptHandle as exc:
-                decoded.append(exc)
-        return decoded
-
     async def _give_back(self, queue: Queue, claims: list[Receipt]) -> None:
         """Undoes claims that will reach no receiver (their request was cancelled,
         or its client left), so they are visible again at once rather than after
@@ -328,7 +312,7 @@ class QueueService:
                 wait=wait, gone=gone,
             )
             return Settled(received, deleted, extended)
-        receipts = self._receipts(queue, delete)
+        receipts = self._signer.decode_all(delete, queue_id=queue.id)
         acks = tuple(
             r for r in receipts if isinstance(r, Receipt)
         )
@@ -348,7 +332,9 @@ class QueueService:
         for _, visibility_timeout in entries:
             check_range("timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
         queue = await self.queues.find(name)
-        receipts = self._receipts(queue, [handle for handle, _ in entries])
+        receipts = self._signer.decode_all(
+            [handle for handle, _ in entries], queue_id=queue.id
+        )
         valid = [
             Change(r, visibility_timeout)
             for r, (_, visibility_timeout) in zip(receipts, entries, strict=True)
@@ -416,7 +402,7 @@ class QueueService:
             check_range("delay", delay, limits.RELEASE_DELAY)
         async with self._db.session() as session:
             queue = await self.queues.find(name, session)
-            receipt = self._receipt(queue, handle)
+            receipt = self._signer.decode(handle, queue_id=queue.id)
             row = await session.fetchrow(
                 Q.release_message,
                 {
@@ -443,7 +429,7 @@ class QueueService:
     async def delete(self, name: str, handles: Sequence[str]) -> list[EntryError | None]:
         """Acknowledge each handle; a stale one fails with LeaseLost and deletes nothing."""
         queue = await self.queues.find(name)
-        receipts = self._receipts(queue, handles)
+        receipts = self._signer.decode_all(handles, queue_id=queue.id)
         valid = [r for r in receipts if isinstance(r, Receipt)]
         deleted = await self.group.run(queue.kind.delete, queue.id, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
@@ -471,7 +457,7 @@ class QueueService:
             check_range("timeout", visibility_timeout, limits.VISIBILITY_TIMEOUT)
         async with self._db.session() as session:
             queue = await self.queues.find(name, session)
-            receipt = self._receipt(queue, handle)
+            receipt = self._signer.decode(handle, queue_id=queue.id)
             if visibility_timeout is None:
                 visibility_timeout = queue.attributes.visibility_timeout
             row = await session.fetchrow(
