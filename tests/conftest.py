@@ -26,6 +26,8 @@ import sandbox_home
 import uvicorn
 from processes import ServiceProcesses
 from sqlalchemy.engine import make_url
+from sqs_clients import PROTOCOLS
+from sqs_clients import client as sqs_client
 from support import TEST_SECRET, wait_until
 
 from app.config import Settings
@@ -240,3 +242,15 @@ def services(tmp_path: Path) -> Iterator[ServiceProcesses]:
     """Service processes of their own (tests/processes.py), stopped after the test."""
     with ServiceProcesses(tmp_path) as started:
         yield started
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    """Each of the SQS door's protocols in turn."""
+    return str(request.param)
+
+
+@pytest.fixture
+def sqs(protocol: str, served: tuple[str, Any]) -> Any:
+    """A boto3 SQS client on `served`, in `protocol`."""
+    return sqs_client(served[0], protocol)

@@ -29,6 +29,14 @@ QUERY_BOTOCORE = "1.31.0"
 _CACHE = Path(__file__).resolve().parent.parent / ".cache" / f"botocore-{QUERY_BOTOCORE}"
 _MODEL = "botocore/data/sqs/2012-11-05/service-2.json"
 
+PROTOCOLS = ["json", "query"]
+"""The SQS door's two protocols: JSON 1.0 and Query (XML answers)."""
+NO_QUEUE = {
+    "json": "The specified queue does not exist.",
+    "query": "The specified queue does not exist for this wsdl version.",
+}
+"""What SQS says of a queue that does not exist, by protocol."""
+
 
 @functools.cache
 def query_model() -> Path:

@@ -5,9 +5,7 @@ from SQS's AWSTraceHeader."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from sqs_clients import client as sqs_client
 from sqs_clients import run
 from support import wait_until
+from worker_support import running
 
 from app.queue.tracecontext import to_traceparent, to_xray
 from leaseq import AsyncClient, Message, Worker
@@ -59,17 +58,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
 def recorded(spans: InMemorySpanExporter) -> InMemorySpanExporter:
     spans.clear()
     return spans
-
-
-@contextlib.asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[None]:
-    task = asyncio.create_task(worker.serve())
-    try:
-        yield
-    finally:
-        worker.stop(now=True)
-        async with asyncio.timeout(30):
-            await task
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

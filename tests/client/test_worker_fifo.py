@@ -13,12 +13,12 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from support import wait_until
+from worker_support import running
 
 from leaseq import (
     ApiError,
@@ -33,18 +33,6 @@ from leaseq import (
     ValidationError,
     Worker,
 )
-
-
-@contextlib.asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
-    """The worker serving in this loop; stopped (without grace) on the way out."""
-    task = asyncio.create_task(worker.serve())
-    try:
-        yield task
-    finally:
-        worker.stop(now=True)
-        async with asyncio.timeout(30):
-            await task
 
 
 async def send_groups(

@@ -13,10 +13,8 @@ from typing import Any
 import httpx
 import pytest
 from botocore.exceptions import ClientError
-from sqs_clients import ACCOUNT, client, error_code, reference_md5_of_attributes, run
+from sqs_clients import ACCOUNT, PROTOCOLS, client, error_code, reference_md5_of_attributes, run
 from support import eventually, wait_until
-
-PROTOCOLS = ["json", "query"]
 
 
 @pytest.fixture(params=PROTOCOLS)

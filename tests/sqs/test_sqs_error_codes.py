@@ -9,23 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqs_clients import ACCOUNT, client, refusal, run
-
-PROTOCOLS = ["json", "query"]
-NO_QUEUE = {
-    "json": "The specified queue does not exist.",
-    "query": "The specified queue does not exist for this wsdl version.",
-}
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def sqs(protocol: str, served: tuple[str, Any]) -> Any:
-    return client(served[0], protocol)
+from sqs_clients import ACCOUNT, NO_QUEUE, refusal, run
 
 
 @pytest.mark.parametrize(("parameter", "value", "reason"), [

@@ -10,11 +10,9 @@ import hashlib
 from typing import Any
 
 import pytest
-from sqs_clients import client, run
+from sqs_clients import PROTOCOLS, client, run
 from sqs_fifo_support import bodies, delete, fifo_queue, receive, refused, send
 from support import wait_until
-
-PROTOCOLS = ["json", "query"]
 
 
 @pytest.fixture(params=PROTOCOLS)

@@ -8,11 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from sqs_clients import ACCOUNT, client, run
+from sqs_clients import ACCOUNT, PROTOCOLS, client, run
 from sqs_fifo_support import bodies, delete, fifo_queue, receive, refused, send
 from support import eventually
-
-PROTOCOLS = ["json", "query"]
 
 
 @pytest.fixture(params=PROTOCOLS)

@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqs_clients import client, run
+from sqs_clients import PROTOCOLS, client, run
 from sqs_fifo_support import bodies, fifo_queue, receive, refused, send
-
-PROTOCOLS = ["json", "query"]
 
 
 @pytest.fixture(params=PROTOCOLS)

@@ -6,20 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqs_clients import client, reference_md5_of_attributes, refusal, run
-
-PROTOCOLS = ["json", "query"]
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def sqs(protocol: str, served: tuple[str, Any]) -> Any:
-    return client(served[0], protocol)
-
+from sqs_clients import reference_md5_of_attributes, refusal, run
 
 ATTRIBUTES = {
     "order.id": {"DataType": "String", "StringValue": "o-1"},

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from sqs_clients import ACCOUNT, client, run
+from sqs_clients import ACCOUNT, PROTOCOLS, client, run
 from support import eventually
 
-PROTOCOLS = ["json", "query"]
 REGION = "us-east-1"
 
 

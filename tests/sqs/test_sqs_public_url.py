@@ -14,11 +14,9 @@ import httpx
 import pytest
 from conftest import ServeApp
 from pydantic import ValidationError
-from sqs_clients import ACCOUNT, client, run
+from sqs_clients import ACCOUNT, PROTOCOLS, client, run
 
 from app.config import Settings
-
-PROTOCOLS = ["json", "query"]
 
 
 @pytest.mark.parametrize(("given", "kept"), [

@@ -10,9 +10,8 @@ import json
 from typing import Any
 
 import pytest
-from sqs_clients import ACCOUNT, client, refusal, run
+from sqs_clients import ACCOUNT, refusal, run
 
-PROTOCOLS = ["json", "query"]
 ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}"
 STANDARD_ALL = {
     "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed",
@@ -29,16 +28,6 @@ TWO_ENCRYPTIONS = (
 )
 OTHER = "111122223333"
 THIRD = "444455556666"
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def sqs(protocol: str, served: tuple[str, Any]) -> Any:
-    return client(served[0], protocol)
 
 
 async def everything(sqs: Any, url: str) -> dict[str, str]:

@@ -5,25 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from sqs_clients import ACCOUNT, client, refusal, run
-
-PROTOCOLS = ["json", "query"]
-NO_QUEUE = {
-    "json": "The specified queue does not exist.",
-    "query": "The specified queue does not exist for this wsdl version.",
-}
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def sqs(protocol: str, served: tuple[str, Any]) -> Any:
-    return client(served[0], protocol)
-
+from sqs_clients import ACCOUNT, NO_QUEUE, refusal, run
 
 QUEUE_URL_FORMS = [
     "forms",  # a bare queue name

@@ -10,23 +10,12 @@ import json
 from typing import Any
 
 import pytest
-from sqs_clients import client, reference_md5_of_attributes, refusal, run
+from sqs_clients import reference_md5_of_attributes, refusal, run
 
-PROTOCOLS = ["json", "query"]
 TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 SYSTEM = {"AWSTraceHeader": {"DataType": "String", "StringValue": TRACE}}
 ATTRIBUTES = {"kind": {"DataType": "String", "StringValue": "order"}}
 TRACE_MD5 = reference_md5_of_attributes(SYSTEM)
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def sqs(protocol: str, served: tuple[str, Any]) -> Any:
-    return client(served[0], protocol)
 
 
 async def receive_one(sqs: Any, url: str, **kwargs: Any) -> dict[str, Any]:
