@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.db.connector import Connector, Row
+from app.db.connector import Connector
 from app.db.queries import Query
 from app.queue import grouped
 from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
 from app.queue.receipts import Receipt
-from app.queue.rows import ChangedRow, FifoSentRow, MessageColumns, SentRow
+from app.queue.rows import ChangedRow, FifoClaimRow, FifoSentRow, ReplayedRow, SentRow
 from app.queue.sending import fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
 from app.queue.waiting import Ready
@@ -51,8 +51,9 @@ class QueueKind:
     rows) or purged (`ids` None): their groups may be claimed again."""
     outlook: Callable[[Queue], Statement]
     """When the next message becomes claimable, and whether one is now."""
-    received_fields: Callable[[MessageColumns], dict[str, Any]]
-    """What a claimed message carries beyond a standard queue's."""
+    received_fields: Callable[[Any], dict[str, Any]]
+    """What a claimed message carries beyond a standard queue's, from the row
+    of the kind's claim (or of a replayed receive attempt)."""
     acks_ride_claims: bool
     """Whether a claim's statement may also delete a worker's acknowledgements.
     A FIFO receive settles them first: their groups' rows are locked in group
@@ -73,14 +74,11 @@ def _sent_in_sequence(row: FifoSentRow) -> SentMessage:
     )
 
 
-def _in_group(row: MessageColumns) -> dict[str, Any]:
-    # A FIFO claim's row (claim_fifo_messages, replay_receive_attempt) has its
-    # group's columns beside the ones every claim has.
-    fifo: Row = row
+def _in_group(row: FifoClaimRow | ReplayedRow) -> dict[str, Any]:
     return {
-        "group_id": fifo["group_id"],
-        "sequence_number": str(fifo["sequence_number"]),
-        "deduplication_id": fifo["deduplication_id"],
+        "group_id": row["group_id"],
+        "sequence_number": str(row["sequence_number"]),
+        "deduplication_id": row["deduplication_id"],
     }
 
 
