@@ -10,9 +10,45 @@ from app.config import Settings
 from app.db.engine import engine_for
 from app.db.migrate import MIGRATION_LOCK
 
+SCHEMA = "leaseq"
+
+# A database migrated before 0011 keeps its version table in `public`, beside
+# leaseq's tables; from 0011 on it lives in the `leaseq` schema with them. It
+# moves there first, so Alembic finds the revision the database is at; only
+# leaseq's own (the messages table with its fencing tokens beside it), never
+# an application's `public.alembic_version`.
+_ADOPT_VERSION_TABLE = """
+DO $$
+BEGIN
+    IF to_regclass('leaseq.alembic_version') IS NULL
+       AND to_regclass('public.alembic_version') IS NOT NULL
+       AND EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_schema = 'public' AND table_name = 'messages'
+                     AND column_name = 'fencing_token') THEN
+        ALTER TABLE public.alembic_version SET SCHEMA leaseq;
+    END IF;
+END
+$$
+"""
+
+
+def _prepare(connection: Connection) -> None:
+    """The schema, the version table in it, and a search_path for the
+    migrations: what they create unqualified lands in `leaseq`, and the migrations
+    before 0011 still find the tables of a database that has them in `public`."""
+    # Looked up first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database
+    # even when the schema is there (one an administrator made for leaseq).
+    if not connection.execute(text(f"SELECT to_regnamespace('{SCHEMA}') IS NOT NULL")).scalar():
+        connection.execute(text(f"CREATE SCHEMA {SCHEMA}"))
+    connection.execute(text(_ADOPT_VERSION_TABLE))
+    connection.execute(text(f"SET search_path = {SCHEMA}, public"))
+
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
+    context.configure(
+        connection=connection, target_metadata=None, transaction_per_migration=True,
+        version_table_schema=SCHEMA,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -27,6 +63,9 @@ async def _run_async(settings: Settings, url: str) -> None:
             await connection.execute(text("SELECT pg_advisory_lock(:key)"), lock)
             await connection.commit()
             try:
+                # Committed, so the search_path is the session's for every migration.
+                await connection.run_sync(_prepare)
+                await connection.commit()
                 await connection.run_sync(_run)
                 await connection.commit()
             finally:
@@ -46,7 +85,7 @@ def main() -> None:
     if url is None:
         raise RuntimeError("no DATABASE_URL: run through `leaseq serve` or set DATABASE_URL")
     if context.is_offline_mode():
-        context.configure(url=url, literal_binds=True)
+        context.configure(url=url, literal_binds=True, version_table_schema=SCHEMA)
         with context.begin_transaction():
             context.run_migrations()
         return

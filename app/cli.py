@@ -1,4 +1,4 @@
-"""The server's commands: serve, migrate, keys. The `leaseq` command is the
+"""The server's commands: serve, migrate, keys, grants. The `leaseq` command is the
 client package's (leaseq.cli); it hands these to `main` here through the
 `leaseq.commands` entry point, and `leaseq worker` stays the client's.
 
@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         "top", add_help=False, help="every queue's depth and rates, refreshed in place",
     )
     _keys_parser(commands)
+    _grants_parser(commands)
     doctor = commands.add_parser(
         "doctor",
         help="check a deployment's settings and database, with a fix for each problem",
@@ -115,6 +116,28 @@ def _keys_parser(commands: Any) -> None:
     actions.add_parser("list-receipts", help="list the receipt keys")
 
 
+def _grants_parser(commands: Any) -> None:
+    grants = commands.add_parser(
+        "grants",
+        help="let PostgreSQL roles send and settle through the SQL API (docs/transactions.md)",
+        description="Which PostgreSQL roles may call leaseq.send, leaseq.delete and "
+        "leaseq.change_visibility on which queues, in the scope words of API keys. Works on "
+        "DATABASE_URL, else on the embedded PostgreSQL of the data directory.",
+    )
+    grants.add_argument("--data-dir", type=Path, help="data directory (LEASEQ_DATA_DIR)")
+    actions = grants.add_subparsers(dest="grants_command", required=True)
+    scope_help = ("send (leaseq.send, leaseq.send_batch), receive (leaseq.delete, "
+                  "leaseq.change_visibility) or admin (both), on queues matching PATTERN "
+                  "(* matches any characters): send:orders-*")
+    add = actions.add_parser("add", help="allow ROLE what each scope names")
+    add.add_argument("role", metavar="ROLE")
+    add.add_argument("scope", nargs="+", metavar="ACTION:PATTERN", help=scope_help)
+    remove = actions.add_parser("remove", help="take grants back from ROLE")
+    remove.add_argument("role", metavar="ROLE")
+    remove.add_argument("scope", nargs="+", metavar="ACTION:PATTERN", help=scope_help)
+    actions.add_parser("list", help="list the grants")
+
+
 def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] in (["worker"], ["queues"], ["top"]):
@@ -126,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command == "keys":
         return _keys(args)
+    if args.command == "grants":
+        return _grants(args)
     if args.command == "doctor":
         return _doctor(args)
     if args.command is None:  # bare `leaseq` serves, like `leaseq serve`
@@ -308,6 +333,28 @@ def _keys(args: argparse.Namespace) -> int:
     import asyncio
 
     from app.auth import admin
+
+    return _on_database("keys", args, lambda settings, url: asyncio.run(admin.run(
+        args.keys_command, args, settings=settings, database_url=url, out=sys.stdout,
+    )))
+
+
+def _grants(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from app.auth import grants
+
+    return _on_database("grants", args, lambda settings, url: asyncio.run(grants.run(
+        args.grants_command, args, settings=settings, database_url=url, out=sys.stdout,
+    )))
+
+
+def _on_database(
+    command: str, args: argparse.Namespace, work: Callable[[Settings, str], int]
+) -> int:
+    """Runs `work` on DATABASE_URL, else on the data directory's embedded
+    PostgreSQL (borrowed from a `leaseq serve` running it, else started for it),
+    migrated first."""
     from app.db.embedded import EmbeddedPostgres
     from app.db.migrate import upgrade
     from app.errors import LeaseqError
@@ -323,11 +370,9 @@ def _keys(args: argparse.Namespace) -> int:
                 embedded = server
                 url = embedded.start()
         upgrade(url)
-        return asyncio.run(admin.run(
-            args.keys_command, args, settings=settings, database_url=url, out=sys.stdout,
-        ))
+        return work(settings, url)
     except (ValueError, LeaseqError) as exc:
-        print(f"leaseq keys: {exc}", file=sys.stderr)
+        print(f"leaseq {command}: {exc}", file=sys.stderr)
         return 2
     finally:
         if embedded is not None:

@@ -291,7 +291,7 @@ def count_messages(database_url: str, queue: str) -> int:
         conn = await asyncpg.connect(plain_url(database_url))
         try:
             count: int = await conn.fetchval(
-                "SELECT count(*) FROM messages m JOIN queues q ON q.id = m.queue_id "
+                "SELECT count(*) FROM leaseq.messages m JOIN leaseq.queues q ON q.id = m.queue_id "
                 "WHERE q.name = $1", queue,
             )
             return count

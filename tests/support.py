@@ -46,7 +46,8 @@ async def parked(client: httpx.AsyncClient, queue: str, count: int = 1) -> None:
 async def queue_id_of(client: httpx.AsyncClient, queue: str) -> int:
     app: Any = client.app  # type: ignore[attr-defined]
     async with app.state.db.engine.connect() as conn:
-        result = await conn.exec_driver_sql("SELECT id FROM queues WHERE name = $1", (queue,))
+        result = await conn.exec_driver_sql(
+            "SELECT id FROM leaseq.queues WHERE name = $1", (queue,))
         return int(result.scalar_one())
 
 

@@ -67,7 +67,7 @@ async def request_json(
 
 
 async def message_count(db: asyncpg.Connection) -> int:
-    count: int = await db.fetchval("SELECT count(*) FROM messages")
+    count: int = await db.fetchval("SELECT count(*) FROM leaseq.messages")
     return count
 
 

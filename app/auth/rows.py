@@ -61,3 +61,21 @@ class ListedReceiptKeyRow(TypedDict):
     id: int
     created_at: datetime
     retired_at: datetime | None
+
+
+class ExistsRow(TypedDict):
+    exists: bool
+
+
+class GrantAddedRow(TypedDict):
+    added: None
+
+
+class RemovedRow(TypedDict):
+    removed: bool
+
+
+class GrantRow(TypedDict):
+    role: str
+    scope: str
+    created_at: datetime

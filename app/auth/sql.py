@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from app.auth.rows import (
     AnyKeyRow,
+    ExistsRow,
+    GrantAddedRow,
+    GrantRow,
     KeyIdRow,
     KeyInfoRow,
     KeyRow,
@@ -11,6 +14,7 @@ from app.auth.rows import (
     NotifiedRow,
     ReceiptKeyIdRow,
     ReceiptKeyRow,
+    RemovedRow,
     RequiredRow,
 )
 from app.db.queries import Queries, Query, load
@@ -33,6 +37,10 @@ class Statements(Queries):
     lock_receipt_keys: Query[None]
     retire_receipt_key: Query[ReceiptKeyIdRow]
     list_receipt_keys: Query[ListedReceiptKeyRow]
+    role_exists: Query[ExistsRow]
+    add_grant: Query[GrantAddedRow]
+    remove_grant: Query[RemovedRow]
+    list_grants: Query[GrantRow]
 
 
 Q = load("app.auth", Statements)

@@ -6,24 +6,24 @@ SHOW server_version;
 
 -- name: has_schema
 -- returns: MigratedRow
-SELECT to_regclass('alembic_version') IS NOT NULL AS migrated;
+SELECT to_regclass('leaseq.alembic_version') IS NOT NULL AS migrated;
 
 -- name: revision
 -- returns: RevisionRow
 -- The revision Alembic recorded (has_schema first: before any migration the
 -- table does not exist).
-SELECT version_num FROM alembic_version;
+SELECT version_num FROM leaseq.alembic_version;
 
 -- name: usable_api_key
 -- returns: ExistsRow
-SELECT EXISTS (SELECT 1 FROM api_keys
+SELECT EXISTS (SELECT 1 FROM leaseq.api_keys
                WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()));
 
 -- name: api_key_revoked
 -- returns: ExistsRow
 -- Whether the bootstrap key (LEASEQ_ADMIN_KEY) was revoked: leaseq serve then
 -- leaves it so; absent, it is created on start.
-SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = :id AND revoked_at IS NOT NULL);
+SELECT EXISTS (SELECT 1 FROM leaseq.api_keys WHERE id = :id AND revoked_at IS NOT NULL);
 
 -- name: connection_limits
 -- returns: ConnectionLimitsRow
@@ -43,7 +43,7 @@ SELECT current_setting('autovacuum')::boolean AS server_on,
        current_setting('track_counts')::boolean AS track_counts,
        coalesce((SELECT option_value::boolean
                  FROM pg_class AS c, pg_options_to_table(c.reloptions)
-                 WHERE c.oid = to_regclass('messages')
+                 WHERE c.oid = to_regclass('leaseq.messages')
                    AND option_name = 'autovacuum_enabled'), true) AS table_on;
 
 -- name: durability
@@ -66,4 +66,4 @@ SELECT inet_server_port() AS port;
 SELECT count(*) AS keys,
        coalesce(extract(epoch FROM now() - max(created_at)) / 86400, 0)::float8
            AS newest_days
-FROM receipt_keys WHERE retired_at IS NULL;
+FROM leaseq.receipt_keys WHERE retired_at IS NULL;

@@ -11,7 +11,7 @@
 -- marked `-- plan: cached`, whose plan cannot turn bad (rows found by primary
 -- key, an INSERT): they run on connections that keep PostgreSQL's cached plans.
 --
--- Notifications: pg_notify('leaseq', leaseq_notice(queue, ready, due_in)) is
+-- Notifications: pg_notify('leaseq', leaseq.notice(queue, ready, due_in)) is
 -- issued in the transaction of every write that makes a message visible sooner
 -- (the text is formatted only by that function, migration 0006); PostgreSQL
 -- delivers it on commit, so a woken receiver always finds the committed row.
@@ -20,7 +20,7 @@
 -- returns: QueueRow
 -- Creates a queue; returns no row when the name is already taken.
 WITH created AS (
-    INSERT INTO queues (name, visibility_timeout, message_retention, delay, receive_wait,
+    INSERT INTO leaseq.queues (name, visibility_timeout, message_retention, delay, receive_wait,
                         max_message_bytes, dead_letter_queue_id, max_receive_count,
                         retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
                         fifo, content_based_deduplication, deduplication_scope,
@@ -42,7 +42,7 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM created AS q
-LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
+LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: get_queue
 -- returns: QueueRow
@@ -53,8 +53,8 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
-FROM queues AS q
-LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+FROM leaseq.queues AS q
+LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE q.name = :name;
 
 -- name: get_queue_for_update
@@ -66,8 +66,8 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
-FROM queues AS q
-LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+FROM leaseq.queues AS q
+LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE q.name = :name
 FOR UPDATE OF q;
 
@@ -75,7 +75,7 @@ FOR UPDATE OF q;
 -- returns: QueueIdRow
 -- A queue's id and type, to resolve a dead-letter queue named in a redrive
 -- policy; FOR SHARE keeps it from being deleted before the policy is committed.
-SELECT id, fifo FROM queues WHERE name = :name FOR SHARE;
+SELECT id, fifo FROM leaseq.queues WHERE name = :name FOR SHARE;
 
 -- name: list_queues
 -- returns: QueueRow
@@ -86,8 +86,8 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
        q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
-FROM queues AS q
-LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id
+FROM leaseq.queues AS q
+LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE starts_with(q.name, :prefix) AND q.name > :after
 ORDER BY q.name
 LIMIT :limit;
@@ -96,7 +96,7 @@ LIMIT :limit;
 -- returns: QueueRow
 -- Writes every attribute (the caller merged the change into the current ones).
 WITH updated AS (
-    UPDATE queues
+    UPDATE leaseq.queues
     SET visibility_timeout   = :visibility_timeout,
         message_retention    = :message_retention,
         delay                = :delay,
@@ -126,22 +126,22 @@ SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.recei
        q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
        q.created_at, q.updated_at
 FROM updated AS q
-LEFT JOIN queues AS d ON d.id = q.dead_letter_queue_id;
+LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: dead_letter_sources
 -- returns: NameRow
 -- Queues that name this one as their dead-letter queue.
-SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
+SELECT name FROM leaseq.queues WHERE dead_letter_queue_id = :queue_id ORDER BY name;
 
 -- name: redrive_return_queues
 -- returns: NameRow
 -- The queues a redrive without a destination writes into: where the messages now
 -- in the dead-letter queue came from, and every queue whose policy names it
 -- (messages it dead-letters meanwhile go back there too).
-SELECT name FROM queues WHERE dead_letter_queue_id = :queue_id
+SELECT name FROM leaseq.queues WHERE dead_letter_queue_id = :queue_id
 UNION
-SELECT q.name FROM queues AS q
-WHERE q.id IN (SELECT m.dead_letter_source_id FROM messages AS m WHERE m.queue_id = :queue_id);
+SELECT q.name FROM leaseq.queues AS q
+WHERE q.id IN (SELECT m.dead_letter_source_id FROM leaseq.messages AS m WHERE m.queue_id = :queue_id);
 
 -- name: lock_redrive_tasks_of_queue
 -- returns: TaskIdRow
@@ -149,7 +149,7 @@ WHERE q.id IN (SELECT m.dead_letter_source_id FROM messages AS m WHERE m.queue_i
 -- first. A redrive batch locks its task, then (moving rows between queues) the
 -- queues' rows; the delete takes the same locks in the same order, so it waits
 -- for a running batch instead of deadlocking with it.
-SELECT id FROM redrive_tasks
+SELECT id FROM leaseq.redrive_tasks
 WHERE source_queue_id = :queue_id OR destination_queue_id = :queue_id
 ORDER BY id
 FOR UPDATE;
@@ -157,24 +157,24 @@ FOR UPDATE;
 -- name: delete_queue
 -- returns: IdRow
 -- Deletes a queue; its messages go with it (ON DELETE CASCADE).
-DELETE FROM queues WHERE name = :name RETURNING id;
+DELETE FROM leaseq.queues WHERE name = :name RETURNING id;
 
 -- name: get_queue_tags
 -- returns: TagsRow
 -- A queue's tags (a JSON object of strings).
-SELECT CAST(tags AS text) FROM queues WHERE id = :id;
+SELECT CAST(tags AS text) FROM leaseq.queues WHERE id = :id;
 
 -- name: change_queue_tags
 -- returns: TagsRow
 -- Adds (or overwrites) tags and removes keys, in one statement; returns the tags after.
-UPDATE queues
+UPDATE leaseq.queues
 SET tags = (tags || CAST(:add AS jsonb)) - CAST(:remove AS text[])
 WHERE id = :id
 RETURNING CAST(tags AS text);
 
 -- name: purge_queue
 -- Deletes every message of a queue, whatever its state.
-DELETE FROM messages WHERE queue_id = :queue_id;
+DELETE FROM leaseq.messages WHERE queue_id = :queue_id;
 
 -- name: queue_stats
 -- returns: QueueStatsRow
@@ -193,7 +193,7 @@ SELECT count(*) FILTER (WHERE visible_at <= statement_timestamp()
            AS delayed,
        coalesce(extract(epoch FROM statement_timestamp() - min(sent_at)), 0)
            AS oldest_age_seconds
-FROM messages
+FROM leaseq.messages
 WHERE queue_id = :queue_id
   AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second';
 
@@ -207,7 +207,7 @@ WHERE queue_id = :queue_id
 -- clock at this statement (between now and the end of retention); the
 -- deadline is still statement_timestamp() plus an interval.
 WITH sent AS (
-    INSERT INTO messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
+    INSERT INTO leaseq.messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
                           visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
            m.sender_id, m.trace_header,
@@ -228,7 +228,7 @@ WITH sent AS (
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
 )
 SELECT sent.message_id, sent.sent_at, sent.due_in,
-       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
            count(*) FILTER (WHERE sent.due_in <= 0) OVER (),
            CAST(min(sent.due_in) FILTER (WHERE sent.due_in > 0) OVER () AS double precision)))
            AS notified
@@ -243,7 +243,7 @@ ORDER BY sent.id;
 SET visible_at        = statement_timestamp()
                         + CAST(:visibility_timeout AS integer) * interval '1 second',
     claim_token       = gen_random_uuid(),
-    fencing_token     = nextval('fencing_tokens'),
+    fencing_token     = nextval('leaseq.fencing_tokens'),
     receive_count     = m.receive_count + 1,
     leased            = true,
     first_received_at = coalesce(m.first_received_at, statement_timestamp()),
@@ -285,7 +285,7 @@ SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
 -- Always one row at least: `dead` counts the moved ones; `id` is NULL when
 -- nothing was claimed.
 WITH acked AS (
-    DELETE FROM messages AS m
+    DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
@@ -293,7 +293,7 @@ WITH acked AS (
 ),
 candidates AS (
     SELECT c.id, c.receive_count, c.leased AS lapsed
-    FROM messages AS c
+    FROM leaseq.messages AS c
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
@@ -303,14 +303,14 @@ candidates AS (
     FOR UPDATE SKIP LOCKED
 ),
 dead AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     {{dead_letter}}
     FROM candidates AS c
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id
 ),
 claimed AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     {{claim}}
     FROM candidates AS c
     WHERE m.id = c.id
@@ -336,7 +336,7 @@ LEFT JOIN claimed ON true;
 -- message, none when nothing was claimed.
 WITH candidates AS (
     SELECT c.id, c.leased AS lapsed
-    FROM messages AS c
+    FROM leaseq.messages AS c
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
@@ -344,7 +344,7 @@ WITH candidates AS (
     LIMIT :max
     FOR UPDATE SKIP LOCKED
 )
-UPDATE messages AS m
+UPDATE leaseq.messages AS m
 {{claim}}
 FROM candidates AS c
 WHERE m.id = c.id
@@ -358,13 +358,13 @@ RETURNING
 -- now, and the seconds (by the database clock) until the next one becomes
 -- claimable (a delay ending or a lease expiring; NULL when none is pending).
 SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
-        FROM messages
+        FROM leaseq.messages
         WHERE queue_id = :queue_id
           AND visible_at > statement_timestamp()
           AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
        ) AS due_in,
        EXISTS (SELECT 1
-               FROM messages
+               FROM leaseq.messages
                WHERE queue_id = :queue_id
                  AND visible_at <= statement_timestamp()
                  AND sent_at > statement_timestamp()
@@ -378,12 +378,12 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
 -- handle's claim token is still the message's. A visibility timeout of 0 releases it.
 -- Returns the previous deadline too, so a change that makes a message visible
 -- sooner can wake waiting receivers (an extension, the common case, does not).
-UPDATE messages AS m
+UPDATE leaseq.messages AS m
 SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
             CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-     messages AS before
+     leaseq.messages AS before
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -398,7 +398,7 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
 -- claim counted taken back (nobody received it, so it must not bring the
 -- message nearer its dead-letter queue). Wakes waiting receivers on commit.
 WITH given AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     SET visible_at        = statement_timestamp(),
         leased            = false,
         receive_count     = m.receive_count - 1,
@@ -409,7 +409,7 @@ WITH given AS (
     RETURNING m.id
 )
 SELECT count(*) AS given,
-       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint), count(*), NULL)) AS notified
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint), count(*), NULL)) AS notified
 FROM given
 HAVING count(*) > 0;
 
@@ -418,7 +418,7 @@ HAVING count(*) > 0;
 -- plan: cached (no table)
 -- Wakes waiting receivers of a queue once the transaction commits: `ready`
 -- messages are visible now, the next one in `due_in` seconds (NULL: none known).
-SELECT pg_notify('leaseq', leaseq_notice(:queue_id, :ready, :due_in));
+SELECT pg_notify('leaseq', leaseq.notice(:queue_id, :ready, :due_in));
 
 -- name: notify_queue_changed
 -- returns: NotifiedRow
@@ -431,7 +431,7 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 -- The delay is the one asked for, else the queue's retry ladder for the
 -- message's receive count (initial * multiplier^(count-1), at most max, less
 -- up to `jitter` of it at random), else 0: visible at once.
-UPDATE messages AS m
+UPDATE leaseq.messages AS m
 SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
         CAST(:delay AS double precision),
         least(q.retry_max,
@@ -439,7 +439,7 @@ SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
             * (1 - q.retry_jitter * random()),
         0)),
     leased = false
-FROM queues AS q
+FROM leaseq.queues AS q
 WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
 RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
           m.visible_at;
@@ -449,7 +449,7 @@ RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
 -- plan: cached (rows by primary key)
 -- Acknowledgement, conditional on the claim; `held`: seconds from the claim to
 -- now, the lease held time (NULL for a claim made before it was recorded).
-DELETE FROM messages AS m
+DELETE FROM leaseq.messages AS m
 USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
 RETURNING m.id,
@@ -460,7 +460,7 @@ RETURNING m.id,
 -- returns: CheckpointRow
 -- Records a job's cursor and renews the lease by the queue's timeout,
 -- conditional on the claim.
-UPDATE messages
+UPDATE leaseq.messages
 SET checkpoint = CAST(:cursor AS jsonb),
     visible_at = statement_timestamp() + CAST(:visibility_timeout AS integer) * interval '1 second',
     leased     = true
@@ -470,11 +470,11 @@ RETURNING visible_at AS lease_expires_at;
 -- name: sweep_expired
 -- Deletes up to :limit messages older than their queue's retention, whatever
 -- their state or receive count. Locked rows are left for the next round.
-DELETE FROM messages
+DELETE FROM leaseq.messages
 WHERE id = ANY (ARRAY(
     SELECT m.id
-    FROM messages AS m
-    JOIN queues AS q ON q.id = m.queue_id
+    FROM leaseq.messages AS m
+    JOIN leaseq.queues AS q ON q.id = m.queue_id
     WHERE m.sent_at <= statement_timestamp() - q.message_retention * interval '1 second'
     LIMIT :limit
     FOR UPDATE OF m SKIP LOCKED));
@@ -495,8 +495,8 @@ SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
        CASE WHEN m.visible_at <= statement_timestamp() THEN 'visible'
             WHEN m.leased THEN 'in_flight'
             ELSE 'delayed' END AS state
-FROM messages AS m
-LEFT JOIN queues AS source ON source.id = m.dead_letter_source_id
+FROM leaseq.messages AS m
+LEFT JOIN leaseq.queues AS source ON source.id = m.dead_letter_source_id
 WHERE m.queue_id = :queue_id
   AND m.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
   AND m.id > :after
@@ -511,11 +511,11 @@ LIMIT :limit;
 -- returns: TaskIdRow
 -- Starts moving a dead-letter queue's messages back; fails on the unique index
 -- when a task for that queue is already running.
-INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, destination_name,
+INSERT INTO leaseq.redrive_tasks (source_queue_id, destination_queue_id, destination_name,
                            max_per_second, to_move_at_start)
 SELECT :source_queue_id, :destination_queue_id,
-       (SELECT name FROM queues WHERE id = :destination_queue_id), :max_per_second, count(*)
-FROM messages
+       (SELECT name FROM leaseq.queues WHERE id = :destination_queue_id), :max_per_second, count(*)
+FROM leaseq.messages
 WHERE queue_id = :source_queue_id
 RETURNING id;
 
@@ -526,20 +526,20 @@ RETURNING id;
 SELECT t.id, t.status, t.moved, t.to_move_at_start, t.max_per_second, t.failure,
        t.created_at, t.updated_at, source.name AS source,
        coalesce(destination.name, t.destination_name) AS destination,
-       (SELECT count(*) FROM messages AS m
+       (SELECT count(*) FROM leaseq.messages AS m
         WHERE m.queue_id = t.source_queue_id
           AND coalesce(t.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
        ) AS remaining
-FROM redrive_tasks AS t
-JOIN queues AS source ON source.id = t.source_queue_id
-LEFT JOIN queues AS destination ON destination.id = t.destination_queue_id
+FROM leaseq.redrive_tasks AS t
+JOIN leaseq.queues AS source ON source.id = t.source_queue_id
+LEFT JOIN leaseq.queues AS destination ON destination.id = t.destination_queue_id
 WHERE t.id = :task_id;
 
 -- name: list_redrive_tasks
 -- returns: TaskIdRow
 -- The tasks of one dead-letter queue, newest first.
 SELECT t.id
-FROM redrive_tasks AS t
+FROM leaseq.redrive_tasks AS t
 WHERE t.source_queue_id = :source_queue_id
 ORDER BY t.created_at DESC
 LIMIT :limit;
@@ -547,7 +547,7 @@ LIMIT :limit;
 -- name: cancel_redrive_task
 -- returns: TaskIdRow
 -- Stops a running task; what it moved stays moved.
-UPDATE redrive_tasks
+UPDATE leaseq.redrive_tasks
 SET status = 'cancelled', updated_at = statement_timestamp()
 WHERE id = :task_id AND status = 'running'
 RETURNING id;
@@ -556,9 +556,9 @@ RETURNING id;
 -- returns: TakenTaskRow
 -- A running task nobody holds (its runner finished a batch or died), taken
 -- for :hold seconds.
-UPDATE redrive_tasks
+UPDATE leaseq.redrive_tasks
 SET runner_until = statement_timestamp() + CAST(:hold AS integer) * interval '1 second'
-WHERE id = (SELECT id FROM redrive_tasks
+WHERE id = (SELECT id FROM leaseq.redrive_tasks
             WHERE status = 'running' AND runner_until <= statement_timestamp()
             ORDER BY created_at
             LIMIT 1
@@ -576,12 +576,12 @@ RETURNING id, max_per_second;
 -- taken once the group's row is locked (as a send takes it). A task whose
 -- destination queue was deleted moves nothing more: it fails, as SQS's does.
 WITH task AS (
-    SELECT * FROM redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
+    SELECT * FROM leaseq.redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
 ),
 batch AS (
     SELECT m.id, m.group_id,
            coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination
-    FROM messages AS m, task
+    FROM leaseq.messages AS m, task
     WHERE m.queue_id = task.source_queue_id
       AND m.visible_at <= statement_timestamp()
       AND coalesce(task.destination_queue_id, m.dead_letter_source_id) IS NOT NULL
@@ -592,7 +592,7 @@ batch AS (
     FOR UPDATE OF m SKIP LOCKED
 ),
 destination_groups AS (
-    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
     SELECT d.destination, d.group_id, statement_timestamp()
     FROM (SELECT DISTINCT destination, group_id FROM batch WHERE group_id IS NOT NULL) AS d
     ORDER BY d.destination, d.group_id
@@ -602,7 +602,7 @@ destination_groups AS (
     RETURNING g.queue_id, g.group_id
 ),
 moved AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     SET queue_id = batch.destination,
         dead_letter_source_id = NULL,
         receive_count = 0,
@@ -612,7 +612,7 @@ moved AS (
         first_received_at = NULL,
         visible_at = statement_timestamp(),
         sequence_number = CASE WHEN g.group_id IS NULL THEN NULL
-                               ELSE nextval('message_sequence') END
+                               ELSE nextval('leaseq.message_sequence') END
     FROM batch
     LEFT JOIN destination_groups AS g
            ON g.queue_id = batch.destination AND g.group_id = batch.group_id
@@ -620,7 +620,7 @@ moved AS (
     RETURNING m.queue_id
 ),
 counted AS (
-    UPDATE redrive_tasks AS t
+    UPDATE leaseq.redrive_tasks AS t
     SET moved = t.moved + (SELECT count(*) FROM moved),
         updated_at = statement_timestamp(),
         runner_until = statement_timestamp() + CAST(:hold AS integer) * interval '1 second',
@@ -651,7 +651,7 @@ SELECT current_setting('autovacuum')::boolean
        coalesce(s.n_live_tup, 0) AS live
 FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = CAST('messages' AS regclass);
+WHERE c.oid = CAST('leaseq.messages' AS regclass);
 
 -- name: try_maintenance_lock
 -- returns: LockedRow
@@ -663,7 +663,7 @@ WHERE c.oid = CAST('messages' AS regclass);
 SELECT pg_try_advisory_lock(7810756276995031042) AS locked;
 
 -- name: vacuum_messages
-VACUUM (ANALYZE) messages;
+VACUUM (ANALYZE) leaseq.messages;
 
 -- FIFO queues -------------------------------------------------------------
 --
@@ -704,7 +704,7 @@ WITH input AS MATERIALIZED (
                               deduplication_id, trace_header, ord)
 ),
 grouped AS (
-    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
     SELECT :queue_id, d.group_id,
            statement_timestamp() + CAST(:delay AS integer) * interval '1 second'
     FROM (SELECT DISTINCT group_id FROM input) AS d
@@ -715,13 +715,13 @@ grouped AS (
     RETURNING g.group_id
 ),
 numbered AS MATERIALIZED (
-    SELECT i.*, nextval('message_sequence') AS sequence_number
+    SELECT i.*, nextval('leaseq.message_sequence') AS sequence_number
     FROM input AS i
     JOIN grouped USING (group_id)
     ORDER BY i.ord
 ),
 accepted AS (
-    INSERT INTO message_deduplication AS d
+    INSERT INTO leaseq.message_deduplication AS d
            (queue_id, scope, deduplication_id, message_id, sequence_number, expires_at)
     SELECT :queue_id, n.scope, n.deduplication_id, n.message_id, n.sequence_number,
            statement_timestamp() + interval '5 minutes'
@@ -737,7 +737,7 @@ accepted AS (
     RETURNING d.scope, d.deduplication_id, d.message_id, d.sequence_number, d.expires_at
 ),
 sent AS (
-    INSERT INTO messages (queue_id, message_id, body, attributes, attribute_types, sender_id,
+    INSERT INTO leaseq.messages (queue_id, message_id, body, attributes, attribute_types, sender_id,
                           group_id, sequence_number, deduplication_id, trace_header, visible_at)
     SELECT :queue_id, n.message_id, n.body, CAST(n.attributes AS jsonb),
            CAST(n.attribute_types AS jsonb), n.sender_id, n.group_id, n.sequence_number,
@@ -749,7 +749,7 @@ sent AS (
 )
 SELECT a.message_id, a.sequence_number, a.message_id = n.message_id AS stored,
        a.expires_at - interval '5 minutes' AS sent_at,
-       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
            CASE WHEN CAST(:delay AS integer) = 0
                 THEN (SELECT count(DISTINCT group_id) FROM sent) ELSE 0 END,
            CASE WHEN CAST(:delay AS integer) > 0 AND EXISTS (SELECT 1 FROM sent)
@@ -787,7 +787,7 @@ ORDER BY n.ord;
 -- when nothing was claimed; `receiver` numbers each row's receiver from 1.
 WITH looked_at AS (
     SELECT g.group_id, g.visible_at AS hint, g.version
-    FROM message_groups AS g
+    FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id AND g.visible_at <= statement_timestamp()
     ORDER BY g.visible_at
     LIMIT :lock_groups
@@ -803,10 +803,10 @@ window_rows AS (
                     - CAST(:delay AS integer) * interval '1 second')
                OVER (PARTITION BY l.group_id ORDER BY w.sequence_number) AS ready
     FROM looked_at AS l
-    JOIN message_groups AS s ON s.queue_id = :queue_id AND s.group_id = l.group_id
+    JOIN leaseq.message_groups AS s ON s.queue_id = :queue_id AND s.group_id = l.group_id
     LEFT JOIN LATERAL (
         SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased, m.sent_at
-        FROM messages AS m
+        FROM leaseq.messages AS m
         WHERE m.queue_id = :queue_id AND m.group_id = l.group_id
           AND m.sent_at > statement_timestamp()
                           - CAST(:retention AS integer) * interval '1 second'
@@ -857,7 +857,7 @@ stale AS (
 ),
 locked AS (
     SELECT m.id
-    FROM messages AS m
+    FROM leaseq.messages AS m
     WHERE m.id IN (SELECT id FROM wanted UNION ALL SELECT id FROM stale)
       AND m.queue_id = :queue_id
       AND m.visible_at <= statement_timestamp()
@@ -871,7 +871,7 @@ granted AS (
     HAVING bool_and(l.id IS NOT NULL)
 ),
 dead AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     {{dead_letter}}
     FROM wanted AS w
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
@@ -879,7 +879,7 @@ dead AS (
     RETURNING m.id, m.group_id
 ),
 dead_groups AS (
-    INSERT INTO message_groups AS g (queue_id, group_id, visible_at)
+    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
     SELECT CAST(:dead_letter_queue_id AS bigint), d.group_id, statement_timestamp()
     FROM (SELECT DISTINCT group_id FROM dead) AS d
     ORDER BY d.group_id
@@ -888,7 +888,7 @@ dead_groups AS (
         version    = g.version + 1
 ),
 claimed AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     {{claim}}
     FROM wanted AS w
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
@@ -900,7 +900,7 @@ claimed AS (
         w.group_rank
 ),
 revoked AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     SET claim_token = NULL, fencing_token = NULL, leased = false
     FROM stale AS s
     WHERE m.id = s.id AND s.group_id IN (SELECT group_id FROM granted)
@@ -923,12 +923,12 @@ hints AS (
 -- Rows by key (= ANY of an array): a plan that cannot become a scan of the
 -- queue's every group, whatever the planner guesses of the CTEs' sizes.
 hinted AS (
-    UPDATE message_groups AS g
+    UPDATE leaseq.message_groups AS g
     SET visible_at = (SELECT h.visible_at FROM hints AS h WHERE h.group_id = g.group_id)
     WHERE g.queue_id = :queue_id AND g.group_id = ANY (ARRAY(SELECT group_id FROM hints))
 ),
 emptied AS (
-    DELETE FROM message_groups AS g
+    DELETE FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id
       AND g.group_id = ANY (ARRAY(SELECT group_id FROM summary
                                   WHERE messages = 0 AND unchanged))
@@ -942,11 +942,11 @@ LEFT JOIN claimed ON true;
 -- queue_outlook for a FIFO queue, by its groups' hints: whether a group may
 -- be claimable now, and the seconds until the next one may be.
 SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
-        FROM message_groups
+        FROM leaseq.message_groups
         WHERE queue_id = :queue_id AND visible_at > statement_timestamp()
        ) AS due_in,
        EXISTS (SELECT 1
-               FROM message_groups
+               FROM leaseq.message_groups
                WHERE queue_id = :queue_id AND visible_at <= statement_timestamp()
        ) AS more_now;
 
@@ -957,7 +957,7 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
 -- be claimable now (their hint lowered, their version moved on), and their
 -- waiting receivers are woken.
 WITH deleted AS (
-    DELETE FROM messages AS m
+    DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.group_id,
@@ -966,13 +966,13 @@ WITH deleted AS (
 ),
 touched AS (
     SELECT g.group_id
-    FROM message_groups AS g
+    FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM deleted)
     ORDER BY g.group_id
     FOR NO KEY UPDATE
 ),
 bumped AS (
-    UPDATE message_groups AS g
+    UPDATE leaseq.message_groups AS g
     SET visible_at = least(g.visible_at, statement_timestamp()),
         version    = g.version + 1
     FROM touched AS t
@@ -980,7 +980,7 @@ bumped AS (
     RETURNING g.group_id
 )
 SELECT d.id, d.held,
-       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
                                          (SELECT count(*) FROM bumped), NULL)) AS notified
 FROM deleted AS d;
 
@@ -990,12 +990,12 @@ FROM deleted AS d;
 -- change_visibility for a FIFO queue: a change that makes a message visible
 -- sooner (a release, a shorter lease) may make its group claimable sooner.
 WITH changed AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
         leased     = h.visibility_timeout > 0
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
                 CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-         messages AS before
+         leaseq.messages AS before
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.group_id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -1003,14 +1003,14 @@ WITH changed AS (
 ),
 touched AS (
     SELECT g.group_id
-    FROM message_groups AS g
+    FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id
       AND g.group_id IN (SELECT group_id FROM changed WHERE sooner)
     ORDER BY g.group_id
     FOR NO KEY UPDATE
 ),
 bumped AS (
-    UPDATE message_groups AS g
+    UPDATE leaseq.message_groups AS g
     SET visible_at = least(g.visible_at, statement_timestamp()),
         version    = g.version + 1
     FROM touched AS t
@@ -1024,14 +1024,14 @@ SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 -- release, a purge): claimable perhaps now, and changed for any claim that
 -- looked before. Run after that statement, so no claim sets a later hint
 -- from what it saw before.
-UPDATE message_groups AS g
+UPDATE leaseq.message_groups AS g
 SET visible_at = least(g.visible_at, statement_timestamp()),
     version    = g.version + 1
 FROM (SELECT group_id
-      FROM message_groups
+      FROM leaseq.message_groups
       WHERE queue_id = :queue_id
         AND (CAST(:ids AS bigint[]) IS NULL
-             OR group_id IN (SELECT group_id FROM messages
+             OR group_id IN (SELECT group_id FROM leaseq.messages
                              WHERE id = ANY (CAST(:ids AS bigint[])) AND queue_id = :queue_id))
       ORDER BY group_id
       FOR NO KEY UPDATE) AS t
@@ -1043,7 +1043,7 @@ WHERE g.queue_id = :queue_id AND g.group_id = t.group_id;
 -- give_back_claims for a FIFO queue: the groups of the messages given back
 -- are claimable again at once.
 WITH given AS (
-    UPDATE messages AS m
+    UPDATE leaseq.messages AS m
     SET visible_at        = statement_timestamp(),
         leased            = false,
         receive_count     = m.receive_count - 1,
@@ -1055,13 +1055,13 @@ WITH given AS (
 ),
 touched AS (
     SELECT g.group_id
-    FROM message_groups AS g
+    FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM given)
     ORDER BY g.group_id
     FOR NO KEY UPDATE
 ),
 bumped AS (
-    UPDATE message_groups AS g
+    UPDATE leaseq.message_groups AS g
     SET visible_at = least(g.visible_at, statement_timestamp()),
         version    = g.version + 1
     FROM touched AS t
@@ -1069,7 +1069,7 @@ bumped AS (
     RETURNING 1
 )
 SELECT count(*) AS given,
-       pg_notify('leaseq', leaseq_notice(CAST(:queue_id AS bigint),
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
                                          (SELECT count(*) FROM bumped), NULL)) AS notified
 FROM given
 HAVING count(*) > 0;
@@ -1079,20 +1079,20 @@ HAVING count(*) > 0;
 -- Forgets up to :limit deduplication ids and receive attempts past their
 -- five minutes.
 WITH forgotten AS (
-    DELETE FROM message_deduplication
+    DELETE FROM leaseq.message_deduplication
     WHERE (queue_id, scope, deduplication_id) IN (
         SELECT queue_id, scope, deduplication_id
-        FROM message_deduplication
+        FROM leaseq.message_deduplication
         WHERE expires_at <= statement_timestamp()
         LIMIT :limit
         FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 attempts AS (
-    DELETE FROM receive_attempts
+    DELETE FROM leaseq.receive_attempts
     WHERE (queue_id, attempt_id) IN (
         SELECT queue_id, attempt_id
-        FROM receive_attempts
+        FROM leaseq.receive_attempts
         WHERE expires_at <= statement_timestamp()
         LIMIT :limit
         FOR UPDATE SKIP LOCKED)
@@ -1106,10 +1106,10 @@ SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts
 -- A FIFO receive retried with the ReceiveRequestAttemptId of one in the last
 -- five minutes: the messages that receive claimed which its claims still
 -- hold, with the same receipt handles, their leases set from now again.
-UPDATE messages AS m
+UPDATE leaseq.messages AS m
 SET visible_at = statement_timestamp() + a.visibility_timeout * interval '1 second',
     leased     = true
-FROM receive_attempts AS a,
+FROM leaseq.receive_attempts AS a,
      unnest(a.message_rows, a.claim_tokens) AS h(id, token)
 WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
   AND a.expires_at > statement_timestamp()
@@ -1121,7 +1121,7 @@ RETURNING
 -- name: record_receive_attempt
 -- plan: cached (a row by primary key)
 -- What a FIFO receive with a ReceiveRequestAttemptId claimed, for five minutes.
-INSERT INTO receive_attempts AS a (queue_id, attempt_id, message_rows, claim_tokens,
+INSERT INTO leaseq.receive_attempts AS a (queue_id, attempt_id, message_rows, claim_tokens,
                                    visibility_timeout, expires_at)
 VALUES (:queue_id, :attempt_id, :message_rows, :claim_tokens, :visibility_timeout,
         statement_timestamp() + interval '5 minutes')
@@ -1154,12 +1154,12 @@ SELECT q.name, s.name AS source,
                                 WHERE m.visible_at <= statement_timestamp()
                                   AND m.sent_at <= statement_timestamp() - fifo.delay))
            AS oldest_visible_age
-FROM queues AS q
+FROM leaseq.queues AS q
 CROSS JOIN LATERAL (
     SELECT CASE WHEN q.fifo THEN q.delay ELSE 0 END * interval '1 second' AS delay
 ) AS fifo
-LEFT JOIN messages AS m
+LEFT JOIN leaseq.messages AS m
        ON m.queue_id = q.id
       AND m.sent_at > statement_timestamp() - q.message_retention * interval '1 second'
-LEFT JOIN queues AS s ON s.id = m.dead_letter_source_id
+LEFT JOIN leaseq.queues AS s ON s.id = m.dead_letter_source_id
 GROUP BY q.name, s.name;

@@ -66,7 +66,7 @@ class Seat(NamedTuple):
 class Ready(NamedTuple):
     """What a wake-up notification says: `ready` messages of `queue_id` are visible
     now, and the next one (if any is known) in `due_in` seconds. PostgreSQL formats
-    it (`leaseq_notice`, migration 0006); `WaitHub.on_notification` reads it."""
+    it (`leaseq.notice`, migration 0006); `WaitHub.on_notification` reads it."""
 
     queue_id: int
     ready: int

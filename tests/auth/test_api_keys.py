@@ -138,7 +138,7 @@ async def test_the_secret_is_stored_only_as_hash_and_seal(app_factory: AppClient
     client = await app_factory(admin_key=ADMIN)
     token = await new_key(client, "read:*")
     key_id, secret = token.split(".")
-    row = await db.fetchrow("SELECT * FROM api_keys WHERE id = $1", key_id)
+    row = await db.fetchrow("SELECT * FROM leaseq.api_keys WHERE id = $1", key_id)
     stored = b"".join(v if isinstance(v, bytes) else str(v).encode() for v in row.values())
     assert secret.encode() not in stored
 
@@ -217,7 +217,7 @@ async def test_bootstrap_key_is_created_once(app_factory: AppClient, db: Any,
     key_file.write_text(ADMIN + "\n")
     await app_factory(admin_key_file=key_file)
     await app_factory(admin_key_file=key_file)  # a second start, or a replica
-    assert await db.fetchval("SELECT count(*) FROM api_keys") == 1
+    assert await db.fetchval("SELECT count(*) FROM leaseq.api_keys") == 1
 
 
 async def test_a_send_key_works_end_to_end(app_factory: AppClient) -> None:

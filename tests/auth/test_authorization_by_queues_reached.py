@@ -24,9 +24,9 @@ def bearer(token: str) -> dict[str, str]:
 async def snapshot(db: asyncpg.Connection) -> list[Any]:
     """Every queue's row and how many messages each holds."""
     rows = await db.fetch(
-        "SELECT q.*, (SELECT count(*) FROM messages m WHERE m.queue_id = q.id) AS held "
-        "FROM queues q ORDER BY q.name")
-    tasks = await db.fetchval("SELECT count(*) FROM redrive_tasks")
+        "SELECT q.*, (SELECT count(*) FROM leaseq.messages m WHERE m.queue_id = q.id) AS held "
+        "FROM leaseq.queues q ORDER BY q.name")
+    tasks = await db.fetchval("SELECT count(*) FROM leaseq.redrive_tasks")
     return [tuple(r.values()) for r in rows] + [tasks]
 
 
@@ -90,7 +90,7 @@ async def test_rest_a_redrive_back_to_its_sources_needs_send_on_each(
         await client_.get("/v1/queues/billing/receive",
                           params={"wait": 0, "visibility_timeout": 0}, headers=admin)
     assert await db.fetchval(
-        "SELECT count(*) FROM messages m JOIN queues q ON q.id = m.queue_id "
+        "SELECT count(*) FROM leaseq.messages m JOIN leaseq.queues q ON q.id = m.queue_id "
         "WHERE q.name = 'team-a-dlq'") == 1
     team = bearer(await _token(app, "admin:team-a-*"))
     before = await snapshot(db)

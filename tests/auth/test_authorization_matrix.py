@@ -101,9 +101,9 @@ async def _prepare(world: World) -> None:
 
 
 async def _snapshot(db: asyncpg.Connection) -> list[Any]:
-    queues = await db.fetch("SELECT * FROM queues ORDER BY id")
-    messages = await db.fetch("SELECT * FROM messages ORDER BY id")
-    tasks = await db.fetch("SELECT * FROM redrive_tasks ORDER BY id")
+    queues = await db.fetch("SELECT * FROM leaseq.queues ORDER BY id")
+    messages = await db.fetch("SELECT * FROM leaseq.messages ORDER BY id")
+    tasks = await db.fetch("SELECT * FROM leaseq.redrive_tasks ORDER BY id")
     return [[tuple(r.values()) for r in rows] for rows in (queues, messages, tasks)]
 
 

@@ -60,7 +60,7 @@ async def test_a_new_database_gets_one_key_however_many_start(app_factory: AppCl
                                                                db: object) -> None:
     for _ in range(3):
         await app_factory()
-    assert await db.fetchval("SELECT count(*) FROM receipt_keys") == 1  # type: ignore[attr-defined]
+    assert await db.fetchval("SELECT count(*) FROM leaseq.receipt_keys") == 1  # type: ignore[attr-defined]
 
 
 async def test_handles_survive_a_redeploy_without_a_configured_secret(

@@ -223,7 +223,7 @@ async def test_a_presigned_url_takes_no_parameters_from_a_body(
             assert smuggled.status_code == 403, smuggled.text
             assert "<Code>AccessDenied</Code>" in smuggled.text
         assert (await http.get(link)).status_code == 200  # the link itself still works
-    held = await db.fetchval("SELECT count(*) FROM messages")
+    held = await db.fetchval("SELECT count(*) FROM leaseq.messages")
     assert held == 1
 
 

@@ -51,7 +51,7 @@ async def test_python_clock_skew_changes_nothing(
         stats = (await client.get(f"/v1/queues/{queue}")).json()["stats"]
         assert 0 <= stats["oldest_age_seconds"] < 30
 
-    stored = await db.fetch("SELECT sent_at, visible_at FROM messages")
+    stored = await db.fetch("SELECT sent_at, visible_at FROM leaseq.messages")
     db_now = await db.fetchval("SELECT clock_timestamp()")
     for row in stored:
         assert abs(row["sent_at"] - db_now) < timedelta(minutes=1)

@@ -58,7 +58,7 @@ async def test_failing_messages_land_in_the_dlq_exactly_once_under_concurrency(
         assert message["sent_at"] == sent_at[message["message_id"]]
         assert message["body"].startswith("job-")
         assert message["attributes"] == {"n": message["body"].split("-")[1]}
-    rows = await db.fetch("SELECT message_id, queue_id FROM messages")
+    rows = await db.fetch("SELECT message_id, queue_id FROM leaseq.messages")
     assert len(rows) == 40, "a message is in both queues, or lost"
     assert await receive(client, source) == []
     stats = (await client.get(f"/v1/queues/{dlq}")).json()["stats"]
@@ -215,7 +215,7 @@ async def test_redrive_moves_messages_back_with_a_fresh_count(
         back.extend(batch)
     assert len(back) == 25
     assert {m["receive_count"] for m in back} == {1}  # a fresh count, then this receive
-    assert await db.fetchval("SELECT count(*) FROM messages") == 25
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 25
     listed = (await client.get(f"/v1/queues/{dlq}/redrive")).json()["tasks"]
     assert [t["task_id"] for t in listed] == [task["task_id"]]
 
@@ -266,7 +266,7 @@ async def test_a_redrive_whose_connections_are_killed_loses_and_duplicates_nothi
     )
     while await receive(client, source, max=10, visibility_timeout=0):
         pass
-    ids = {r["message_id"] for r in await db.fetch("SELECT message_id FROM messages")}
+    ids = {r["message_id"] for r in await db.fetch("SELECT message_id FROM leaseq.messages")}
     assert len(ids) == 80
     task_id = (await client.post(f"/v1/queues/{dlq}/redrive", json={"max_per_second": 40})
                ).json()["task_id"]
@@ -276,7 +276,7 @@ async def test_a_redrive_whose_connections_are_killed_loses_and_duplicates_nothi
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name = 'leaseq'"
         )
-        rows = await db.fetch("SELECT message_id FROM messages")
+        rows = await db.fetch("SELECT message_id FROM leaseq.messages")
         assert {r["message_id"] for r in rows} == ids and len(rows) == 80
 
     async def status() -> str:
@@ -289,9 +289,9 @@ async def test_a_redrive_whose_connections_are_killed_loses_and_duplicates_nothi
         return await status() == "completed"
 
     await eventually(completed, seconds=30)
-    rows = await db.fetch("SELECT message_id, queue_id, receive_count FROM messages")
+    rows = await db.fetch("SELECT message_id, queue_id, receive_count FROM leaseq.messages")
     assert {r["message_id"] for r in rows} == ids and len(rows) == 80
-    source_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", source)
+    source_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", source)
     assert {r["queue_id"] for r in rows} == {source_id}
     assert {r["receive_count"] for r in rows} == {0}
 
@@ -307,9 +307,11 @@ async def test_a_redrive_batch_killed_before_commit_changes_nothing(
                       json={"messages": [{"body": str(i)} for i in range(30)]})
     # A task nobody runs yet (it is created directly, held far into the future).
     task_id = await db.fetchval(
-        "INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, to_move_at_start, "
+        "INSERT INTO leaseq.redrive_tasks (source_queue_id, destination_queue_id, "
+        "to_move_at_start, "
         "runner_until) SELECT d.id, e.id, 30, now() + interval '1 hour' "
-        "FROM queues d, queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' RETURNING id"
+        "FROM leaseq.queues d, leaseq.queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' "
+        "RETURNING id"
     )
     victim = await asyncpg.connect(plain_url(database_url))
     sql, args = positional("redrive_batch", {"task_id": task_id, "batch": 20, "hold": 5})
@@ -323,11 +325,12 @@ async def test_a_redrive_batch_killed_before_commit_changes_nothing(
         await transaction.commit()
     victim.terminate()
     counts = dict(await db.fetch(
-        "SELECT q.name, count(m.id) FROM queues q LEFT JOIN messages m ON m.queue_id = q.id "
+        "SELECT q.name, count(m.id) FROM leaseq.queues q LEFT JOIN leaseq.messages m ON "
+        "m.queue_id = q.id "
         "GROUP BY q.name"
     ))
     assert counts == {"dlq": 30, "elsewhere": 0}
-    assert await db.fetchval("SELECT moved FROM redrive_tasks WHERE id = $1", task_id) == 0
+    assert await db.fetchval("SELECT moved FROM leaseq.redrive_tasks WHERE id = $1", task_id) == 0
 
 
 async def test_peek_by_state_with_paging_and_truncation(client: httpx.AsyncClient) -> None:
@@ -379,7 +382,7 @@ async def test_not_before_is_judged_on_the_database_clock(
     assert datetime.fromisoformat(scheduled["first_received_at"]) >= db_now + timedelta(seconds=2)
     # Beyond retention it is clamped to it: visible before it would expire.
     far = await db.fetchval(
-        "SELECT visible_at - sent_at FROM messages WHERE body = 'far'"
+        "SELECT visible_at - sent_at FROM leaseq.messages WHERE body = 'far'"
     )
     assert far <= timedelta(seconds=3600)
     both = await client.post(f"/v1/queues/{queue}/messages",
@@ -433,13 +436,16 @@ async def test_a_task_whose_runner_died_is_taken_over_and_finished(
                      json={"messages": [{"body": str(i)} for i in range(50)]})
     # Half moved by the dead runner before it died: 25 already in "elsewhere".
     task_id = await db.fetchval(
-        "INSERT INTO redrive_tasks (source_queue_id, destination_queue_id, to_move_at_start, "
+        "INSERT INTO leaseq.redrive_tasks (source_queue_id, destination_queue_id, "
+        "to_move_at_start, "
         "moved, runner_until) SELECT d.id, e.id, 50, 25, now() - interval '1 second' "
-        "FROM queues d, queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' RETURNING id"
+        "FROM leaseq.queues d, leaseq.queues e WHERE d.name = 'dlq' AND e.name = 'elsewhere' "
+        "RETURNING id"
     )
     await db.execute(
-        "UPDATE messages SET queue_id = (SELECT id FROM queues WHERE name = 'elsewhere') "
-        "WHERE id IN (SELECT id FROM messages ORDER BY id LIMIT 25)"
+        "UPDATE leaseq.messages SET queue_id = (SELECT id FROM leaseq.queues WHERE name = "
+        "'elsewhere') "
+        "WHERE id IN (SELECT id FROM leaseq.messages ORDER BY id LIMIT 25)"
     )
     survivor = await app_factory(redrive_scan_seconds=0.1)
 
@@ -451,7 +457,8 @@ async def test_a_task_whose_runner_died_is_taken_over_and_finished(
     task = (await survivor.get(f"/v1/redrive-tasks/{task_id}")).json()
     assert task["moved"] == 50 and task["remaining"] == 0
     counts = dict(await db.fetch(
-        "SELECT q.name, count(m.id) FROM queues q LEFT JOIN messages m ON m.queue_id = q.id "
+        "SELECT q.name, count(m.id) FROM leaseq.queues q LEFT JOIN leaseq.messages m ON "
+        "m.queue_id = q.id "
         "GROUP BY q.name"
     ))
     assert counts == {"dlq": 0, "elsewhere": 50}
@@ -468,11 +475,11 @@ async def test_deleting_a_destination_waits_for_a_running_batch_instead_of_deadl
         "/v1/queues/dlq/redrive", json={"destination": "elsewhere", "max_per_second": 1}
     )
     task_id = started.json()["task_id"]
-    destination = await db.fetchval("SELECT id FROM queues WHERE name = 'elsewhere'")
+    destination = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'elsewhere'")
     # A batch's locks, taken by hand: the task first, then (moving a row into the
     # destination) the destination's queue row, which the foreign key checks.
     async with db.transaction():
-        await db.execute("SELECT 1 FROM redrive_tasks WHERE id = $1 FOR UPDATE", task_id)
+        await db.execute("SELECT 1 FROM leaseq.redrive_tasks WHERE id = $1 FOR UPDATE", task_id)
         deleting = asyncio.create_task(client.delete("/v1/queues/elsewhere"))
 
         async def delete_waits() -> bool:
@@ -483,9 +490,9 @@ async def test_deleting_a_destination_waits_for_a_running_batch_instead_of_deadl
         await eventually(delete_waits)
         # Had the delete locked the destination first, this would deadlock with it.
         moved = await db.execute(
-            "UPDATE messages SET queue_id = $1 WHERE id = "
-            "(SELECT min(id) FROM messages WHERE queue_id = "
-            " (SELECT id FROM queues WHERE name = 'dlq'))", destination)
+            "UPDATE leaseq.messages SET queue_id = $1 WHERE id = "
+            "(SELECT min(id) FROM leaseq.messages WHERE queue_id = "
+            " (SELECT id FROM leaseq.queues WHERE name = 'dlq'))", destination)
         assert moved == "UPDATE 1"
     assert (await deleting).status_code == 204
 

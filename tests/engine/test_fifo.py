@@ -129,7 +129,7 @@ async def test_deduplication_answers_the_first_message_and_stores_nothing(
     assert again["message_id"] == first["message_id"]
     assert again["sequence_number"] == first["sequence_number"]
     assert int(other["sequence_number"]) > int(first["sequence_number"])
-    assert await db.fetchval("SELECT count(*) FROM messages") == 2
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 2
     bodies = [m["body"] for m in await receive(client, queue, max=10)]
     assert bodies == ["x", "y"]
 
@@ -146,7 +146,7 @@ async def test_a_batch_with_one_deduplication_id_twice_stores_it_once(
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert results[0]["message_id"] == results[1]["message_id"] != results[2]["message_id"]
-    assert await db.fetchval("SELECT count(*) FROM messages") == 2
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 2
 
 
 async def test_content_based_deduplication_uses_the_body(
@@ -175,10 +175,10 @@ async def test_an_expired_deduplication_id_is_accepted_again(
 ) -> None:
     queue = await fifo_queue(client)
     first = await send_fifo(client, queue, "x", "G", dedup="d")
-    await db.execute("UPDATE message_deduplication SET expires_at = now() - interval '1 s'")
+    await db.execute("UPDATE leaseq.message_deduplication SET expires_at = now() - interval '1 s'")
     second = await send_fifo(client, queue, "x", "G", dedup="d")
     assert second["message_id"] != first["message_id"]
-    assert await db.fetchval("SELECT count(*) FROM messages") == 2
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 2
 
 
 async def test_what_a_fifo_send_refuses(client: httpx.AsyncClient) -> None:
@@ -308,7 +308,7 @@ async def test_empty_groups_are_removed(
     got = await receive(client, queue)
     await ack(client, queue, *got)
     assert await receive(client, queue) == []  # finds the group empty and removes it
-    assert await db.fetchval("SELECT count(*) FROM message_groups") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.message_groups") == 0
     await send_fifo(client, queue, "y", "G")
     assert [m["body"] for m in await receive(client, queue)] == ["y"]
 
@@ -468,14 +468,14 @@ async def test_expired_deduplication_ids_and_attempts_are_swept(
     service = client.app.state.service  # type: ignore[attr-defined]
     assert await service.receive(queue, max_messages=2, attempt_id="a")
     await db.execute(
-        "UPDATE message_deduplication SET expires_at = now() - interval '1 s' "
+        "UPDATE leaseq.message_deduplication SET expires_at = now() - interval '1 s' "
         "WHERE deduplication_id IN ('m0', 'm1')"
     )
-    await db.execute("UPDATE receive_attempts SET expires_at = now() - interval '1 s'")
+    await db.execute("UPDATE leaseq.receive_attempts SET expires_at = now() - interval '1 s'")
     assert await sweep_deduplication(client.app.state.db, batch=1) == 2  # type: ignore[attr-defined]
-    left = await db.fetch("SELECT deduplication_id FROM message_deduplication ORDER BY 1")
+    left = await db.fetch("SELECT deduplication_id FROM leaseq.message_deduplication ORDER BY 1")
     assert [r[0] for r in left] == ["m2", "m3", "m4"]
-    assert await db.fetchval("SELECT count(*) FROM receive_attempts") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.receive_attempts") == 0
 
 
 async def test_a_fifo_queues_delay_applies_to_the_messages_already_waiting(

@@ -28,20 +28,20 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
     await make_queue(client, "big.fifo", fifo=True)
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'big.fifo'")
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'big.fifo'")
     await db.execute(
-        "INSERT INTO messages (queue_id, body, visible_at, group_id, sequence_number) "
-        "SELECT $1, 'x', now(), 'g' || (n % $3), nextval('message_sequence') "
+        "INSERT INTO leaseq.messages (queue_id, body, visible_at, group_id, sequence_number) "
+        "SELECT $1, 'x', now(), 'g' || (n % $3), nextval('leaseq.message_sequence') "
         "FROM generate_series(1, $2) AS n",
         queue_id, MESSAGES, GROUPS,
     )
     await db.execute(
-        "INSERT INTO message_groups (queue_id, group_id, visible_at) "
+        "INSERT INTO leaseq.message_groups (queue_id, group_id, visible_at) "
         "SELECT $1, 'g' || n, now() - n * interval '1 ms' FROM generate_series(0, $2 - 1) AS n",
         queue_id, GROUPS,
     )
-    await db.execute("ANALYZE messages")
-    await db.execute("ANALYZE message_groups")
+    await db.execute("ANALYZE leaseq.messages")
+    await db.execute("ANALYZE leaseq.message_groups")
     queue = Queue(id=queue_id, name="big.fifo", attributes=QueueAttributes(
         visibility_timeout=30, message_retention=345600, delay=0, receive_wait=0,
         max_message_bytes=1048576, fifo=True,

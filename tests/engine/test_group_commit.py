@@ -152,7 +152,8 @@ async def test_concurrent_single_sends_share_inserts_and_all_land(
     assert f'leaseq_grouped_statements_total{{operation="send"}} {line.statements}' in metrics
     assert group.line("send").requests == 60
     rows = await db.fetch(
-        "SELECT body FROM messages m JOIN queues q ON q.id = m.queue_id WHERE q.name = 'grouped'"
+        "SELECT body FROM leaseq.messages m JOIN leaseq.queues q ON q.id = m.queue_id WHERE "
+        "q.name = 'grouped'"
     )
     assert sorted(r["body"] for r in rows) == sorted(f"m{i}" for i in range(60))
 
@@ -204,7 +205,7 @@ async def test_grouped_acknowledgements_keep_each_handles_own_answer(
     statuses = [a.status_code for a in answers]
     assert statuses.count(204) == 30
     assert statuses.count(409) == 1
-    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 async def test_grouped_heartbeats_extend_each_lease_and_refuse_stale_handles(
@@ -222,7 +223,7 @@ async def test_grouped_heartbeats_extend_each_lease_and_refuse_stale_handles(
     assert answers[0].status_code == 409
     assert all(a.status_code == 200 for a in answers[1:])
     far = await db.fetchval(
-        "SELECT count(*) FROM messages WHERE visible_at > now() + interval '500 seconds'"
+        "SELECT count(*) FROM leaseq.messages WHERE visible_at > now() + interval '500 seconds'"
     )
     assert far == 19
 
@@ -245,7 +246,7 @@ async def test_an_entry_postgresql_refuses_fails_only_its_own_send(
         isinstance(r, list) and isinstance(r[0], SentMessage)
         for i, r in enumerate(results) if i != 5
     )
-    stored = {r["body"] for r in await db.fetch("SELECT body FROM messages")}
+    stored = {r["body"] for r in await db.fetch("SELECT body FROM leaseq.messages")}
     assert stored == {b for i, b in enumerate(bodies) if i != 5}
 
 
@@ -286,7 +287,7 @@ async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
     before = claims.statements
     async with db.transaction():
         # The claim's UPDATE waits for this lock: the request is cancelled meanwhile.
-        await db.execute("LOCK TABLE messages IN SHARE MODE")
+        await db.execute("LOCK TABLE leaseq.messages IN SHARE MODE")
         receiving = asyncio.create_task(service.receive("abandoned", max_messages=1, wait=0))
         await wait_until(lambda: claims.statements > before)
         await wait_until(lambda: claims.requests > 0)
@@ -298,12 +299,12 @@ async def test_a_grouped_claim_nobody_waits_for_is_given_back_uncounted(
         # Claimed (it has a claim token), then released: not leased, visible.
         row = await db.fetchrow(
             "SELECT claim_token IS NOT NULL AND NOT leased "
-            "AND visible_at <= clock_timestamp() AS given FROM messages"
+            "AND visible_at <= clock_timestamp() AS given FROM leaseq.messages"
         )
         return row is not None and bool(row["given"])
 
     await eventually(given_back, seconds=10)
-    row = await db.fetchrow("SELECT receive_count, first_received_at FROM messages")
+    row = await db.fetchrow("SELECT receive_count, first_received_at FROM leaseq.messages")
     assert row["receive_count"] == 0 and row["first_received_at"] is None
     (message,) = await receive(client, "abandoned")
     assert message["body"] == "lonely" and message["receive_count"] == 1
@@ -344,7 +345,7 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
     for name, query in (("lean", Q.claim_ready_messages), ("full", Q.claim_messages)):
         queue = await make_queue(client, f"claim-{name}")
         await send(client, queue)
-        queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
+        queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
         params = {"queue_id": queue_id, "visibility_timeout": 0, "retention": 345600,
                   "max": 10, "dead_letter_queue_id": None, "max_receive_count": None,
                   "ack_ids": [], "ack_tokens": []}
@@ -354,7 +355,7 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
         stored = await db.fetchrow(
             "SELECT receive_count, leased, claim_token IS NOT NULL AS claimed,"
             " fencing_token IS NOT NULL AS fenced, first_received_at IS NOT NULL AS first,"
-            " claimed_at IS NOT NULL AS at FROM messages WHERE queue_id = $1", queue_id)
+            " claimed_at IS NOT NULL AS at FROM leaseq.messages WHERE queue_id = $1", queue_id)
         rows[name] = (first, again, dict(stored))
     lean, full = rows["lean"], rows["full"]
     claimed_columns = set(full[0][0].keys()) - {"dead", "acked", "acked_held"}

@@ -12,7 +12,7 @@ import httpx
 from conftest import AppClient
 from support import make_queue, receive, send
 
-MESSAGE_ROW = "SELECT visible_at, claim_token, receive_count, checkpoint FROM messages"
+MESSAGE_ROW = "SELECT visible_at, claim_token, receive_count, checkpoint FROM leaseq.messages"
 
 
 def _ts(value: str) -> datetime:
@@ -141,7 +141,7 @@ async def test_stale_handles_get_409_and_change_nothing(
     # The current holder is untouched and can still acknowledge.
     done = await client.delete(f"/v1/queues/{queue}/messages/{new['receipt_handle']}")
     assert done.status_code == 204
-    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 async def test_a_lapsed_holder_not_yet_replaced_may_still_extend_and_acknowledge(

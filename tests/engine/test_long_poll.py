@@ -142,7 +142,7 @@ async def test_a_disconnected_client_claims_nothing(
     base, app = served
     async with httpx.AsyncClient(base_url=base) as http:
         assert (await http.post("/v1/queues", json={"name": "q"})).status_code == 201
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'q'")
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'q'")
 
     reader, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
     writer.write(b"GET /v1/queues/q/receive?wait=20 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

@@ -33,7 +33,7 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
 
 SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
-    "message_groups", "message_deduplication", "receive_attempts",
+    "message_groups", "message_deduplication", "receive_attempts", "grants",
 }
 
 
@@ -41,7 +41,7 @@ async def _tables(url: str) -> set[str]:
     conn = await asyncpg.connect(plain_url(url))
     try:
         rows = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'leaseq'"
         )
         return {row["tablename"] for row in rows}
     finally:
@@ -116,6 +116,113 @@ async def test_replicas_migrating_together_take_turns_on_the_advisory_lock(
     head = ScriptDirectory.from_config(alembic_config(empty_database)).get_current_head()
     conn = await asyncpg.connect(plain_url(empty_database))
     try:
-        assert await conn.fetch("SELECT version_num FROM alembic_version") == [(head,)]
+        assert await conn.fetch("SELECT version_num FROM leaseq.alembic_version") == [(head,)]
+    finally:
+        await conn.close()
+
+
+async def _as_before_0011(url: str) -> None:
+    """The layout a deployment migrated before 0011 has: leaseq's objects and
+    the version table in `public`, no `leaseq` schema. 0011's downgrade moves
+    the objects back; the version table follows them here."""
+    await asyncio.to_thread(command.downgrade, alembic_config(url), "0010")
+    conn = await asyncpg.connect(plain_url(url))
+    try:
+        await conn.execute("ALTER TABLE leaseq.alembic_version SET SCHEMA public")
+        await conn.execute("DROP SCHEMA leaseq")
+    finally:
+        await conn.close()
+
+
+async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_data(
+    empty_database: str,
+) -> None:
+    await asyncio.to_thread(upgrade, empty_database)
+    await _as_before_0011(empty_database)
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        assert await _public_tables(conn) >= SCHEMA - {"grants"}
+        # What a running deployment holds: a standard and a FIFO queue with
+        # messages (one in flight), a group, a deduplication id, keys.
+        await conn.execute(
+            "INSERT INTO queues (name) VALUES ('jobs');"
+            "INSERT INTO queues (name, fifo, content_based_deduplication) "
+            "VALUES ('steps.fifo', true, true);"
+            "INSERT INTO messages (queue_id, body, visible_at) "
+            "SELECT id, 'job ' || n, now() FROM queues, generate_series(1, 3) AS n "
+            "WHERE name = 'jobs';"
+            "UPDATE messages SET claim_token = gen_random_uuid(), "
+            "fencing_token = nextval('fencing_tokens'), leased = true, "
+            "visible_at = now() + interval '1 hour', receive_count = 1 "
+            "WHERE body = 'job 1';"
+            "INSERT INTO message_groups (queue_id, group_id, visible_at) "
+            "SELECT id, 'g', now() FROM queues WHERE name = 'steps.fifo';"
+            "INSERT INTO messages (queue_id, body, visible_at, group_id, sequence_number, "
+            "deduplication_id) SELECT id, 'step', now(), 'g', nextval('message_sequence'), 'd' "
+            "FROM queues WHERE name = 'steps.fifo';"
+            "INSERT INTO message_deduplication (queue_id, scope, deduplication_id, message_id, "
+            "sequence_number, expires_at) SELECT queue_id, '', 'd', message_id, sequence_number, "
+            "now() + interval '5 minutes' FROM messages WHERE group_id = 'g';"
+            "INSERT INTO receipt_keys (id, secret) "
+            "VALUES (1, '\\x0102030405060708090a0b0c0d0e0f10');"
+        )
+        before = await conn.fetch("SELECT * FROM messages ORDER BY id")
+        queues = await conn.fetch("SELECT * FROM queues ORDER BY id")
+        fencing = await conn.fetchval("SELECT last_value FROM fencing_tokens")
+        # An application's own table in the same database stays where it is.
+        await conn.execute("CREATE TABLE public.orders (id int PRIMARY KEY)")
+    finally:
+        await conn.close()
+
+    await asyncio.to_thread(upgrade, empty_database)
+
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        assert await _public_tables(conn) == {"orders"}
+        after = await conn.fetch("SELECT * FROM leaseq.messages ORDER BY id")
+        assert [dict(r) for r in after] == [dict(r) for r in before]
+        assert [dict(r)["name"] for r in await conn.fetch(
+            "SELECT * FROM leaseq.queues ORDER BY id")] == [q["name"] for q in queues]
+        assert await conn.fetchval("SELECT nextval('leaseq.fencing_tokens')") == fencing + 1
+        head = ScriptDirectory.from_config(alembic_config(empty_database)).get_current_head()
+        assert await conn.fetchval("SELECT version_num FROM leaseq.alembic_version") == head
+        # The SQL API works on what was moved: a send to the moved FIFO queue
+        # is deduplicated against the message stored before the move.
+        (sent,) = await conn.fetch("SELECT * FROM leaseq.send('steps.fifo', 'again', "
+                                   "\"group\" => 'g', deduplication_id => 'd')")
+        assert sent["message_id"] == before[-1]["message_id"]
+        assert sent["sequence_number"] == before[-1]["sequence_number"]
+        assert await conn.fetchval("SELECT count(*) FROM leaseq.messages") == len(before)
+    finally:
+        await conn.close()
+
+
+async def _public_tables(conn: asyncpg.Connection) -> set[str]:
+    rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    return {row["tablename"] for row in rows}
+
+
+async def test_a_fresh_install_sits_beside_an_applications_tables_of_the_same_names(
+    empty_database: str,
+) -> None:
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        # An application that has its own queues, messages and Alembic history.
+        await conn.execute(
+            "CREATE TABLE public.queues (id int PRIMARY KEY, title text);"
+            "CREATE TABLE public.messages (id int PRIMARY KEY, text text);"
+            "CREATE TABLE public.alembic_version (version_num varchar(32) PRIMARY KEY);"
+            "INSERT INTO public.alembic_version VALUES ('0001');"
+            "INSERT INTO public.queues VALUES (1, 'mine');"
+        )
+    finally:
+        await conn.close()
+    await asyncio.to_thread(upgrade, empty_database)
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        assert await _public_tables(conn) == {"queues", "messages", "alembic_version"}
+        assert await conn.fetchval("SELECT version_num FROM public.alembic_version") == "0001"
+        assert await conn.fetchval("SELECT title FROM public.queues") == "mine"
+        assert SCHEMA <= await _tables(empty_database)
     finally:
         await conn.close()

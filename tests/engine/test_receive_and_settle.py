@@ -27,7 +27,7 @@ async def test_acknowledgements_ride_on_the_next_receive(
     data = answer.json()
     assert data["deleted"] == [{"ok": True}, {"ok": True}] and data["extended"] == []
     assert [m["body"] for m in data["messages"]] == ["three"]
-    left = await db.fetch("SELECT body FROM messages")
+    left = await db.fetch("SELECT body FROM leaseq.messages")
     assert [r["body"] for r in left] == ["three"]  # the two acknowledged are gone
 
 
@@ -110,7 +110,7 @@ async def test_a_short_poll_deletes_and_claims_in_one_statement(
     assert [m["body"] for m in data["messages"]] == ["c"]
     assert _statements(client, "delete") == deletes
     assert _statements(client, "claim") == claims + 1
-    assert [r["body"] for r in await db.fetch("SELECT body FROM messages")] == ["c"]
+    assert [r["body"] for r in await db.fetch("SELECT body FROM leaseq.messages")] == ["c"]
 
 
 async def test_a_lapsed_lease_still_held_is_acknowledged_not_claimed_again(
@@ -121,11 +121,11 @@ async def test_a_lapsed_lease_still_held_is_acknowledged_not_claimed_again(
     queue = await make_queue(client, "lapsed")
     await send(client, queue, "late")
     (held,) = await receive(client, queue, visibility_timeout=30)
-    await db.execute("UPDATE messages SET visible_at = now() - interval '1 second'")
+    await db.execute("UPDATE leaseq.messages SET visible_at = now() - interval '1 second'")
     answer = await settle(client, queue, delete=[held["receipt_handle"]], max=10, wait=0)
     data = answer.json()
     assert data["deleted"] == [{"ok": True}] and data["messages"] == []
-    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 async def test_a_long_poll_settles_first_then_waits(
@@ -138,7 +138,7 @@ async def test_a_long_poll_settles_first_then_waits(
     answer = await settle(client, queue, delete=[held["receipt_handle"]], wait=1)
     assert answer.json()["deleted"] == [{"ok": True}] and answer.json()["messages"] == []
     assert _statements(client, "delete") == deletes + 1  # its own statement, before waiting
-    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 async def test_acknowledgements_ride_with_a_dead_letter_claim(
@@ -153,7 +153,7 @@ async def test_acknowledgements_ride_with_a_dead_letter_claim(
     held = await receive(client, queue, max=2, visibility_timeout=30)
     done = next(m for m in held if m["body"] == "done")
     # "exhausted" lapses: the next claim moves it to the dead-letter queue
-    await db.execute("UPDATE messages SET visible_at = now() - interval '1 second' "
+    await db.execute("UPDATE leaseq.messages SET visible_at = now() - interval '1 second' "
                      "WHERE body = 'exhausted'")
     answer = await settle(client, queue, delete=[done["receipt_handle"]], max=2, wait=0)
     data = answer.json()

@@ -10,7 +10,8 @@ import httpx
 from conftest import AppClient
 from support import make_queue, receive, send
 
-AGE = "UPDATE messages SET sent_at = sent_at - make_interval(secs => $2) WHERE message_id = $1"
+AGE = ("UPDATE leaseq.messages SET sent_at = sent_at - make_interval(secs => $2) "
+       "WHERE message_id = $1")
 
 
 async def test_expired_messages_are_never_delivered(
@@ -42,12 +43,13 @@ async def test_the_background_sweeper_deletes_expired_messages(
     await receive(client, queue, max=10)  # all three in flight now
     await db.execute(AGE, in_flight, 3600)
     await db.execute(AGE, plain, 61)
-    await db.execute("UPDATE messages SET receive_count = 50 WHERE message_id = $1", in_flight)
+    await db.execute("UPDATE leaseq.messages SET receive_count = 50 WHERE message_id = $1",
+                     in_flight)
 
     swept: asyncio.Event = client.app.state.swept  # type: ignore[attr-defined]
     async with asyncio.timeout(10):
-        while await db.fetchval("SELECT count(*) FROM messages") > 1:
+        while await db.fetchval("SELECT count(*) FROM leaseq.messages") > 1:
             swept.clear()
             await swept.wait()
-    remaining = await db.fetchval("SELECT message_id::text FROM messages")
+    remaining = await db.fetchval("SELECT message_id::text FROM leaseq.messages")
     assert remaining == kept

@@ -36,14 +36,14 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
     await make_queue(client, "big")
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'big'")
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'big'")
     await db.execute(
-        "INSERT INTO messages (queue_id, body, visible_at) "
+        "INSERT INTO leaseq.messages (queue_id, body, visible_at) "
         "SELECT $1, 'x', now() + (g % 100) * interval '1 second' FROM generate_series(1, 20000) g",
         queue_id,
     )
-    await db.execute("ANALYZE messages")
-    rows = [r["id"] for r in await db.fetch("SELECT id FROM messages LIMIT 10")]
+    await db.execute("ANALYZE leaseq.messages")
+    rows = [r["id"] for r in await db.fetch("SELECT id FROM leaseq.messages LIMIT 10")]
     # Alone, and carrying ten acknowledgements (deleted by primary key).
     for ack_ids in ([], rows):
         sql, args = positional("claim_messages", {
@@ -64,8 +64,8 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     """asyncpg caches the claim as a prepared statement; a generic plan made on an
     empty table would be a sequential scan kept as the table grows."""
     await make_queue(client, "plans")
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = 'plans'")
-    await db.execute("VACUUM ANALYZE messages")  # empty, as after a purge
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'plans'")
+    await db.execute("VACUUM ANALYZE leaseq.messages")  # empty, as after a purge
     params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
               "dead_letter_queue_id": None, "max_receive_count": None,
               "ack_ids": [], "ack_tokens": []}
@@ -75,7 +75,7 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
         for _ in range(10):
             await session.fetch(Q.claim_messages, params)
         await db.execute(
-            "INSERT INTO messages (queue_id, body, visible_at) "
+            "INSERT INTO leaseq.messages (queue_id, body, visible_at) "
             "SELECT $1, 'x', now() - (g % 100) * interval '1 second' "
             "FROM generate_series(1, 20000) g",
             queue_id,

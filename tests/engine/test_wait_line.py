@@ -21,7 +21,7 @@ async def test_a_wake_for_n_messages_wakes_the_n_longest_waiting() -> None:
     other = hub.park(2)
     for waiter in (a, b, c, other):
         waiter.idle = True
-    hub.on_notification("1:2:")  # as leaseq_notice(1, 2, NULL) writes it
+    hub.on_notification("1:2:")  # as leaseq.notice(1, 2, NULL) writes it
     assert woken(hub, a, b, c, other) == [True, True, False, False]
     assert hub.parked(1) == 1 and hub.parked() == 2
     assert hub.wakeups == 2
@@ -125,13 +125,13 @@ async def test_nothing_is_quiet_without_the_listener() -> None:
 
 
 async def test_the_databases_notice_reads_back_as_what_it_said(db: asyncpg.Connection) -> None:
-    """The text is written by PostgreSQL (leaseq_notice) and read here: one format."""
+    """The text is written by PostgreSQL (leaseq.notice) and read here: one format."""
     said = []
     hub = WaitHub()
     hub.announce = said.append  # type: ignore[method-assign]
     for queue_id, ready, due_in in ((3, 2, None), (9, 0, 1.25), (12, 5, 0.0004)):
         hub.on_notification(await db.fetchval(
-            "SELECT leaseq_notice($1, $2, $3)", queue_id, ready, due_in
+            "SELECT leaseq.notice($1, $2, $3)", queue_id, ready, due_in
         ))
     assert said == [Ready(3, 2, None), Ready(9, 0, 1.25), Ready(12, 5, 0.0)]
 

@@ -107,12 +107,12 @@ def _unreachable(url: str) -> Broken:
 
 
 def _behind(url: str) -> Broken:
-    _sql(url, f"UPDATE alembic_version SET version_num = '{_previous_revision(url)}'")
+    _sql(url, f"UPDATE leaseq.alembic_version SET version_num = '{_previous_revision(url)}'")
     return (), {}, ()
 
 
 def _no_autovacuum(url: str) -> Broken:
-    _sql(url, "ALTER TABLE messages SET (autovacuum_enabled = false)")
+    _sql(url, "ALTER TABLE leaseq.messages SET (autovacuum_enabled = false)")
     return (), {}, ()
 
 
@@ -126,7 +126,7 @@ def _an_hour_ahead(url: str) -> Broken:
 
 
 def _old_receipt_key(url: str) -> Broken:
-    _sql(url, "INSERT INTO receipt_keys (id, secret, created_at) "
+    _sql(url, "INSERT INTO leaseq.receipt_keys (id, secret, created_at) "
               "VALUES (1, '\\x00', now() - interval '400 days')")
     return (), {}, ()
 

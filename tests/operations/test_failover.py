@@ -156,7 +156,7 @@ async def lost_sends(url: str, load: Load) -> tuple[list[str], dict[str, str]]:
     what is stored there (body -> message id)."""
     rows = await _rows(
         url,
-        "SELECT m.body, m.message_id::text FROM messages m JOIN queues q "
+        "SELECT m.body, m.message_id::text FROM leaseq.messages m JOIN leaseq.queues q "
         "ON q.id = m.queue_id WHERE q.name = 'load'",
     )
     stored = {row["body"]: row["message_id"] for row in rows}
@@ -290,9 +290,10 @@ def test_an_asynchronous_standby_can_hand_out_a_fencing_token_again() -> None:
     values, so a promoted standby resumes after the last record it received.
     Behind, as an asynchronous standby may be, it hands out again tokens that
     the dead primary already issued; the setval the docs give jumps past them."""
-    nextval = "SELECT max(nextval('fencing_tokens')) FROM generate_series(1, {})"
+    nextval = "SELECT max(nextval('leaseq.fencing_tokens')) FROM generate_series(1, {})"
     with ReplicatedPostgres(synchronous=False) as pg:
-        pg.psql(pg.primary, "CREATE SEQUENCE fencing_tokens AS bigint", check=True)
+        pg.psql(pg.primary, "CREATE SCHEMA leaseq; CREATE SEQUENCE leaseq.fencing_tokens AS bigint",
+                check=True)
         issued = int(pg.psql(pg.primary, nextval.format(5), check=True))
         pg.wait_replicated()
         pg.stop_standby()  # behind from here on: the primary's commits do not wait for it
@@ -302,8 +303,8 @@ def test_an_asynchronous_standby_can_hand_out_a_fencing_token_again() -> None:
         pg.promote()
         again = int(pg.psql(pg.standby, nextval.format(1), check=True))
         assert again <= issued, (again, issued)
-        pg.psql(pg.standby, "SELECT setval('fencing_tokens', last_value + 1000000) "
-                "FROM fencing_tokens", check=True)
+        pg.psql(pg.standby, "SELECT setval('leaseq.fencing_tokens', last_value + 1000000) "
+                "FROM leaseq.fencing_tokens", check=True)
         assert int(pg.psql(pg.standby, nextval.format(1), check=True)) > issued
         print(f"\nasynchronous standby: the primary had issued fencing tokens up to {issued}; "
               f"the promoted standby issued {again} next")

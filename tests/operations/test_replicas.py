@@ -145,14 +145,16 @@ async def swept_by(fleet: Fleet, db: asyncpg.Connection, holder: Service, queue:
         for n in range(3):
             sent = await client.post(f"/v1/queues/{queue}/messages", json={"body": str(n)})
             assert sent.status_code == 201, sent.text
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
     before = {s.port: s.full_log().count("past retention") for s in fleet.replicas}
     await db.execute(
-        "UPDATE messages SET sent_at = sent_at - interval '1 hour' WHERE queue_id = $1", queue_id
+        "UPDATE leaseq.messages SET sent_at = sent_at - interval '1 hour' WHERE queue_id = "
+        "$1", queue_id
     )
 
     async def gone() -> bool:
-        left = await db.fetchval("SELECT count(*) FROM messages WHERE queue_id = $1", queue_id)
+        left = await db.fetchval("SELECT count(*) FROM leaseq.messages WHERE queue_id = $1",
+                                 queue_id)
         return bool(left == 0)
 
     await eventually(gone, 15)

@@ -72,7 +72,8 @@ async def _fetch_message_ids(url: str, queue: str) -> list[str]:
     conn = await asyncpg.connect(plain_url(url))
     try:
         rows = await conn.fetch(
-            "SELECT m.message_id::text AS id FROM messages m JOIN queues q ON q.id = m.queue_id"
+            "SELECT m.message_id::text AS id FROM leaseq.messages m JOIN leaseq.queues q ON "
+            "q.id = m.queue_id"
             " WHERE q.name = $1",
             queue,
         )
@@ -107,9 +108,9 @@ async def _schema(url: str) -> tuple[set[str], list[str]]:
     conn = await asyncpg.connect(url)
     try:
         tables = await conn.fetch(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'leaseq'"
         )
-        versions = await conn.fetch("SELECT version_num FROM alembic_version")
+        versions = await conn.fetch("SELECT version_num FROM leaseq.alembic_version")
     finally:
         await conn.close()
     return {row["table_name"] for row in tables}, [row["version_num"] for row in versions]

@@ -146,7 +146,7 @@ async def test_an_admitted_long_poll_keeps_its_seat_while_it_looks_again(
     queue = await make_queue(client, "seated")
     first = asyncio.create_task(receive(client, queue, wait=20))
     await wait_until(lambda: hub.parked() == 1)
-    queue_id = await db.fetchval("SELECT id FROM queues WHERE name = $1", queue)
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
     async with state.db.engine.connect():  # the only connection: its look waits
         hub.announce(Ready(queue_id, 1))  # woken, with nothing for it
         await wait_until(lambda: hub.parked() == 0)
@@ -203,8 +203,8 @@ async def test_a_heartbeat_past_its_share_of_the_pool_is_refused_in_bounded_time
     async with db.transaction():
         # The stuck beat's UPDATE waits on this lock, holding the share and the pool.
         await db.execute(
-            "SELECT 1 FROM messages WHERE queue_id = "
-            "(SELECT id FROM queues WHERE name = 'stuck') FOR UPDATE"
+            "SELECT 1 FROM leaseq.messages WHERE queue_id = "
+            "(SELECT id FROM leaseq.queues WHERE name = 'stuck') FOR UPDATE"
         )
         stuck = asyncio.create_task(client.patch(handles["stuck"], json={"timeout": 60}))
         await wait_until(lambda: service.group.budgeted_in_flight == 1)

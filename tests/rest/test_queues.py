@@ -68,7 +68,7 @@ async def test_purge_deletes_every_message(
     assert response.status_code == 200
     assert response.json() == {"purged": 3}
     assert await receive(client, queue) == []
-    assert await db.fetchval("SELECT count(*) FROM messages") == 1  # the other queue's
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 1  # the other queue's
 
 
 async def test_delete_queue_removes_it_and_its_messages(
@@ -81,7 +81,7 @@ async def test_delete_queue_removes_it_and_its_messages(
     assert missing.status_code == 404
     assert missing.json()["code"] == "queue_not_found"
     assert (await client.delete(f"/v1/queues/{queue}")).status_code == 404
-    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 async def test_list_queues(client: httpx.AsyncClient) -> None:
@@ -110,7 +110,7 @@ async def test_sending_to_a_queue_deleted_behind_the_cache_is_404(
     queue = await make_queue(client)
     await send(client, queue)  # the queue is now cached in the service
     # Deleted without the announcement a service would make: the cache is stale.
-    await db.execute("DELETE FROM queues WHERE name = $1", queue)
+    await db.execute("DELETE FROM leaseq.queues WHERE name = $1", queue)
     response = await client.post(f"/v1/queues/{queue}/messages", json={"body": "x"})
     assert response.status_code == 404
     assert response.json()["code"] == "queue_not_found"

@@ -55,7 +55,7 @@ async def test_batch_with_an_oversized_entry(
         assert failed["status"] == 413 and failed["code"] == "message_too_large"
         assert failed["detail"]
     stored = await db.fetch(
-        "SELECT message_id::text AS message_id, body FROM messages ORDER BY id"
+        "SELECT message_id::text AS message_id, body FROM leaseq.messages ORDER BY id"
     )
     assert [(r["message_id"], r["body"]) for r in stored] == [
         (first["message_id"], "first"), (third["message_id"], "third")]
@@ -98,7 +98,7 @@ async def test_batches_over_max_batch(app_factory: AppClient, db: asyncpg.Connec
         f"{url}/visibility", json={"entries": [{"receipt_handle": h, "timeout": 0} for h in four]}
     ))
     expect_invalid(await client.post(f"{url}/delete", json={"receipt_handles": four}))
-    assert await db.fetchval("SELECT count(*) FROM messages WHERE leased") == 3
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages WHERE leased") == 3
     done = await client.post(f"{url}/delete", json={"receipt_handles": handles})
     assert done.status_code == 200 and done.json()["succeeded"] == 3
 

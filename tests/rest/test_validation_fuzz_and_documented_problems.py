@@ -176,7 +176,7 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
     sentinel_body = "sentinel ✓ \t\n\U0001f600"
     sentinel_attrs = {"kind": "sentinel", "n": "1"}
     sentinel = await send(client, "keep", sentinel_body, attributes=sentinel_attrs)
-    before = await db.fetchrow("SELECT * FROM messages")
+    before = await db.fetchrow("SELECT * FROM leaseq.messages")
     handles: list[str] = []
     content_types = ["application/json", "application/json; charset=utf-8", "text/plain",
                      "application/problem+json", "application/octet-stream", None]
@@ -242,7 +242,8 @@ async def test_fuzz_never_500(client: httpx.AsyncClient, db: asyncpg.Connection)
 
     # The message sent before the fuzz is untouched and delivered as it was sent.
     assert await db.fetchrow(
-        "SELECT m.* FROM messages m JOIN queues q ON q.id = m.queue_id WHERE q.name = 'keep'"
+        "SELECT m.* FROM leaseq.messages m JOIN leaseq.queues q ON q.id = m.queue_id WHERE "
+        "q.name = 'keep'"
     ) == before
     (message,) = await receive(client, "keep", max=10)
     assert message["message_id"] == sentinel

@@ -54,7 +54,7 @@ async def test_malformed_bodies_are_422_on_every_body_route(
     queue = await make_queue(client, "malformed")
     message = await claimed(client, queue, "keep me")
     handle = message["receipt_handle"]
-    before = await db.fetchrow("SELECT * FROM messages")
+    before = await db.fetchrow("SELECT * FROM leaseq.messages")
     targets = [
         ("POST", "/v1/queues"),
         ("PATCH", f"/v1/queues/{queue}"),
@@ -77,8 +77,8 @@ async def test_malformed_bodies_are_422_on_every_body_route(
                     "receipt_handles": []}
             response = await client.request(method, url, content=raw(body), headers=headers)
             expect_problem(response, 415, "unsupported_media_type")
-    assert await db.fetchrow("SELECT * FROM messages") == before
-    assert await db.fetchval("SELECT count(*) FROM queues") == 1
+    assert await db.fetchrow("SELECT * FROM leaseq.messages") == before
+    assert await db.fetchval("SELECT count(*) FROM leaseq.queues") == 1
     assert (await client.delete(f"/v1/queues/{queue}/messages/{handle}")).status_code == 204
 
 
@@ -105,7 +105,7 @@ async def test_checkpoint_cursor_validation(
     ]
     for payload in bad:
         expect_invalid(await client.put(url, content=payload, headers=JSON))
-    assert await db.fetchval("SELECT checkpoint FROM messages") is None
+    assert await db.fetchval("SELECT checkpoint FROM leaseq.messages") is None
 
     big = 10**3_000
     # (jsonb keeps numbers as numeric: 1.5 comes back as 1.5, but 1.5e300
@@ -188,7 +188,7 @@ async def test_receipt_handles_that_are_not_handles(
     other = await make_queue(client, "other")
     message = await claimed(client, queue)
     real = message["receipt_handle"]
-    before = await db.fetchrow("SELECT * FROM messages")
+    before = await db.fetchrow("SELECT * FROM leaseq.messages")
     base = f"/v1/queues/{queue}/messages"
 
     async def every_form(handle: str, queue_name: str = queue) -> None:
@@ -218,7 +218,7 @@ async def test_receipt_handles_that_are_not_handles(
     # A real handle is a claim on its own queue only.
     await every_form(real, other)
 
-    assert await db.fetchrow("SELECT * FROM messages") == before
+    assert await db.fetchrow("SELECT * FROM leaseq.messages") == before
     beat = await client.patch(f"{base}/{real}/visibility", json={"timeout": 60})
     assert beat.status_code == 200 and beat.json()["lease_seconds"] == 60
     assert (await client.delete(f"{base}/{real}")).status_code == 204
@@ -235,7 +235,7 @@ async def test_visibility_timeout_body(client: httpx.AsyncClient, db: asyncpg.Co
                     {"timeout": -1}, {"timeout": 43_201}, {"timeout": 5, "extra": 1},
                     {"visibility_timeout": 5}):
         expect_invalid(await request_json(client, "PATCH", url, payload))
-    assert await db.fetchval("SELECT leased FROM messages") is True
+    assert await db.fetchval("SELECT leased FROM leaseq.messages") is True
     for timeout in (43_200, 1):
         response = await client.patch(url, json={"timeout": timeout})
         assert response.status_code == 200 and response.json()["lease_seconds"] == timeout

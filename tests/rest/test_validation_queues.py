@@ -57,8 +57,8 @@ async def test_queue_attribute_limits_on_create(
             )
             body = expect_invalid(response)
             assert attribute in body["detail"]
-    assert await db.fetchval("SELECT count(*) FROM queues WHERE name LIKE 'bad-%'") == 0
-    assert await db.fetchval("SELECT count(*) FROM queues") == 2 * len(LIMITS)
+    assert await db.fetchval("SELECT count(*) FROM leaseq.queues WHERE name LIKE 'bad-%'") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.queues") == 2 * len(LIMITS)
 
 
 async def test_queue_attribute_limits_on_patch(client: httpx.AsyncClient) -> None:
@@ -113,7 +113,7 @@ async def test_queue_names_on_create(client: httpx.AsyncClient, db: asyncpg.Conn
         expect_invalid(await request_json(client, "POST", "/v1/queues", {"name": name}))
     for body in ({}, {"name": None}, {"name": 5}, {"name": ["a"]}):
         expect_invalid(await client.post("/v1/queues", json=body))
-    names = await db.fetch("SELECT name FROM queues")
+    names = await db.fetch("SELECT name FROM leaseq.queues")
     assert sorted(r["name"] for r in names) == sorted(GOOD_NAMES)
 
 

@@ -27,7 +27,7 @@ async def test_a_state_changing_get_from_another_sites_page_is_refused(
                            {"Action": "ListQueues"}):
                 answer = await http.get("/", params=params, headers=headers)
                 assert answer.status_code == 403, answer.text
-    assert await db.fetchval("SELECT count(*) FROM queues WHERE name = 'csrf'") == 0
+    assert await db.fetchval("SELECT count(*) FROM leaseq.queues WHERE name = 'csrf'") == 0
 
 
 _CHANGES_OVER_GET = [
@@ -60,13 +60,13 @@ async def test_query_protocol_over_get(served: tuple[str, Any], db: Any) -> None
         sent = await http.post("/", data={"Action": "SendMessage", "QueueUrl": "got",
                                           "MessageBody": "y"})
         assert sent.status_code == 200, sent.text
-        before = await db.fetch("SELECT * FROM messages ORDER BY id")
+        before = await db.fetch("SELECT * FROM leaseq.messages ORDER BY id")
         for params, path in _CHANGES_OVER_GET:
             answer = await http.get(path, params=params)
             assert answer.status_code == 400, (params, answer.text)
             assert "<Code>AWS.SimpleQueueService.UnsupportedOperation</Code>" in answer.text
-        assert await db.fetch("SELECT * FROM messages ORDER BY id") == before
-        assert await db.fetchval("SELECT count(*) FROM queues") == 1
+        assert await db.fetch("SELECT * FROM leaseq.messages ORDER BY id") == before
+        assert await db.fetchval("SELECT count(*) FROM leaseq.queues") == 1
         found = await http.get(f"/{ACCOUNT}/got?Action=GetQueueUrl&QueueName=got")
         assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in found.text
         attributes = await http.get("/", params={
