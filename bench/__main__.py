@@ -21,6 +21,9 @@ is set) and prints one table, measured in one run on one PostgreSQL:
 - heartbeat capacity: N in-flight leases extended back to back by 16 clients,
   100 a request, through REST and as the engine's statement in raw SQL
   (bench/heartbeat_capacity.py);
+- sending in the caller's own transaction (leaseq.send with a row of the
+  caller's) against the REST send, and commit -> wake latency
+  (bench/transactional.py);
 - send -> receive latency through a waiting long poll.
 Each row shows the load generators' CPU (several processes; when they near
 100% of a core each, the row measures them, not leaseq) and the service's.
@@ -43,7 +46,7 @@ from typing import Any
 
 import psutil
 
-from bench import apart, cycle, heartbeat_capacity, minimal
+from bench import apart, cycle, heartbeat_capacity, minimal, transactional
 from bench._harness import (
     Http,
     Service,
@@ -76,9 +79,9 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
             call(service.port, "POST", "/v1/queues", {"name": name})
             queue_id = find_queue_id(url, name)
             remaining_rest = lambda q=queue_id: fetch_ids(  # noqa: E731
-                url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q)
+                url, "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1", q)
             remaining_raw = lambda q=queue_id: fetch_ids(  # noqa: E731
-                url, "SELECT id::text FROM messages WHERE queue_id = $1", q)
+                url, "SELECT id::text FROM leaseq.messages WHERE queue_id = $1", q)
             least = None
             if n == max(clients):  # where the database's costs are compared
                 least = cycle.run(
@@ -91,7 +94,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                             processes=processes, remaining=remaining_raw,
                             service_cpu=service_cpu, database_cpu=database_cpu,
                             wal_bytes=wal)
-            fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+            fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
             grouped = _grouping(service.port)
             rest = cycle.run("rest", service.port, name, clients=n, batch=batch,
                              seconds=seconds, processes=processes, remaining=remaining_rest,
@@ -110,7 +113,8 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                 row["minimal"] = least.as_dict()
             if n == max(clients):
                 # The workers' cycle: each acknowledgement rides on the next receive.
-                fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+                fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id",
+                          queue_id)
                 worker = cycle.run("worker", service.port, name, clients=n, batch=batch,
                                    seconds=seconds, processes=processes,
                                    remaining=remaining_rest, service_cpu=service_cpu,
@@ -120,7 +124,7 @@ def cycle_rows(service: Service, url: str, *, seconds: float, clients: list[int]
                     worker.messages_per_second / max(raw.messages_per_second, 1e-9))
                 if batch > 1:
                     # The SQS door's JSON protocol, as boto3 sends the same cycle.
-                    fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id",
+                    fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id",
                               queue_id)
                     sqs = cycle.run("sqs", service.port, cycle.sqs_queue_url(service.port, name),
                                     clients=n, batch=batch, seconds=seconds,
@@ -164,15 +168,15 @@ def apart_rows(service: Service, url: str, *, seconds: float, backlogs: list[int
             call(service.port, "POST", "/v1/queues", {"name": name})
             rest_id = find_queue_id(url, name)
             prefilled = apart.prefill_rest(service.port, name, backlog)
-            settle(url, "messages")
+            settle(url, "leaseq.messages")
             pair["rest"] = apart.run(
                 "rest", service.port, name, producers=producers, consumers=consumers,
                 batch=batch, backlog=backlog, seconds=seconds, processes=processes,
                 prefilled=prefilled,
                 remaining=lambda q=rest_id: fetch_ids(
-                    url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q),
+                    url, "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1", q),
                 service_cpu=service_cpu, database_cpu=database_cpu, wal_bytes=wal)
-            fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", rest_id)
+            fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", rest_id)
             rows.append(pair)
     asyncio.run(minimal.drop(url))
     return rows
@@ -227,7 +231,7 @@ def fifo_rows(service: Service, url: str, *, seconds: float, processes: int,
             batch=batch, seconds=seconds, processes=processes, groups=groups,
             service_cpu=service_cpu, database_cpu=database_cpu,
             remaining=lambda: fetch_ids(
-                url, "SELECT message_id::text FROM messages WHERE queue_id = $1", queue_id),
+                url, "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1", queue_id),
         )
         return result.as_dict()
 
@@ -282,7 +286,7 @@ def heartbeat_rows(service: Service, url: str, *, seconds: float, counts: list[i
                 "rest", service.port, name, clients=16, batch=10, seconds=seconds,
                 processes=processes, service_cpu=service_cpu,
                 remaining=lambda q=queue_id: fetch_ids(
-                    url, "SELECT message_id::text FROM messages WHERE queue_id = $1", q),
+                    url, "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1", q),
             )
             entry = result.as_dict()
             if beats is not None:
@@ -384,6 +388,7 @@ def print_table(report: dict[str, Any]) -> None:
     else:
         print(f"send -> receive through a long poll: p50 {latency['p50_ms']:.2f} ms, "
               f"p99 {latency['p99_ms']:.2f} ms (n={latency['n']})")
+    transactional.print_rows(report["transactional"])
     print(f"service RSS ({report['workers']} worker(s); with several, summed with uvicorn's "
           f"supervisor and multiprocessing's helper): idle "
           f"{report['rss_idle_mb']:.0f} MB, peak over the run {report['rss_peak_mb']:.0f} MB")
@@ -515,6 +520,8 @@ def main(quick: bool, workers: int | None) -> dict[str, Any]:
         report["heartbeat_capacity"] = heartbeat_capacity.measure(
             service, url, leases=2000 if quick else 10000, seconds=seconds,
             processes=processes)
+        report["transactional"] = transactional.measure(
+            service, url, seconds=seconds, processes=processes, rounds=50 if quick else 200)
         report["long_poll"] = None
         if report["workers"] == 1:
             times = asyncio.run(

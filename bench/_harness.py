@@ -285,7 +285,7 @@ def call(port: int, method: str, path: str, body: Any = None) -> Any:
 
 def find_queue_id(url: str, name: str) -> int:
     """A queue's row id, by its name."""
-    return int(next(iter(fetch_ids(url, "SELECT id FROM queues WHERE name = $1", name))))
+    return int(next(iter(fetch_ids(url, "SELECT id FROM leaseq.queues WHERE name = $1", name))))
 
 
 def wait_settled(service: Service) -> None:

@@ -40,24 +40,24 @@ from bench import minimal
 from bench._harness import Http, percentile
 
 RAW_SEND = """
-INSERT INTO messages (queue_id, body, visible_at)
+INSERT INTO leaseq.messages (queue_id, body, visible_at)
 SELECT $1, b, statement_timestamp() FROM unnest($2::text[]) AS b
 RETURNING id
 """
 RAW_CLAIM = """
-UPDATE messages
+UPDATE leaseq.messages
 SET visible_at = statement_timestamp() + interval '600 seconds',
-    claim_token = gen_random_uuid(), fencing_token = nextval('fencing_tokens'),
+    claim_token = gen_random_uuid(), fencing_token = nextval('leaseq.fencing_tokens'),
     receive_count = receive_count + 1, leased = true
 WHERE id = ANY(ARRAY(
-    SELECT id FROM messages
+    SELECT id FROM leaseq.messages
     WHERE queue_id = $1 AND visible_at <= statement_timestamp()
     ORDER BY visible_at LIMIT $2
     FOR UPDATE SKIP LOCKED))
 RETURNING id, claim_token
 """
 RAW_DELETE = """
-DELETE FROM messages AS m USING unnest($1::bigint[], $2::uuid[]) AS h(id, token)
+DELETE FROM leaseq.messages AS m USING unnest($1::bigint[], $2::uuid[]) AS h(id, token)
 WHERE m.id = h.id AND m.claim_token = h.token
 RETURNING m.id
 """

@@ -120,7 +120,8 @@ async def one_round(*, delay: float, senders: int, synchronous: bool) -> dict[st
         conn = await asyncpg.connect(pg.node_url(pg.standby))
         try:
             stored = {row["body"]: str(row["message_id"]) for row in await conn.fetch(
-                "SELECT body, message_id FROM messages m JOIN queues q ON q.id = m.queue_id "
+                "SELECT body, message_id FROM leaseq.messages m JOIN leaseq.queues q ON q.id = "
+                "m.queue_id "
                 "WHERE q.name = 'load'"
             )}
         finally:

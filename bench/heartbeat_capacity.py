@@ -54,12 +54,12 @@ CHUNK = 100
 """Leases per request or statement (the bench service's LEASEQ_MAX_BATCH)."""
 
 RAW_HEARTBEAT = """
-UPDATE messages AS m
+UPDATE leaseq.messages AS m
 SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST($1 AS bigint[]), CAST($2 AS uuid[]),
             CAST($3 AS integer[])) AS h(id, token, visibility_timeout),
-     messages AS before
+     leaseq.messages AS before
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = $4
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -219,7 +219,7 @@ def _vacuum(url: str) -> None:
     async def go() -> None:
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute("VACUUM (ANALYZE) messages")
+            await conn.execute("VACUUM (ANALYZE) leaseq.messages")
         finally:
             await conn.close()
 

@@ -24,7 +24,7 @@ from bench._harness import Http, running_service, summary_ms
 from bench.longpoll import database_url
 
 FILL = """
-INSERT INTO messages (queue_id, body, visible_at, leased, receive_count,
+INSERT INTO leaseq.messages (queue_id, body, visible_at, leased, receive_count,
                       claim_token, fencing_token)
 SELECT q.id, 'x',
        CASE WHEN g % 10 = 0 THEN now() + interval '1 hour'  -- in flight
@@ -32,8 +32,8 @@ SELECT q.id, 'x',
             ELSE now() - g * interval '1 second' END,
        g % 10 = 0, CASE WHEN g % 10 = 0 THEN 1 ELSE 0 END,
        CASE WHEN g % 10 = 0 THEN gen_random_uuid() END,
-       CASE WHEN g % 10 = 0 THEN nextval('fencing_tokens') END
-FROM queues AS q, generate_series(1, $1) AS g
+       CASE WHEN g % 10 = 0 THEN nextval('leaseq.fencing_tokens') END
+FROM leaseq.queues AS q, generate_series(1, $1) AS g
 """
 
 
@@ -45,7 +45,7 @@ async def measure(port: int, url: str, queues: int, messages: int, rounds: int) 
         assert status == 201, status
     db = await asyncpg.connect(url)
     await db.execute(FILL, messages)
-    await db.execute("ANALYZE messages")
+    await db.execute("ANALYZE leaseq.messages")
     print(f"{queues} queues, {queues * messages} messages, ready in "
           f"{time.perf_counter() - started:.1f} s")
 

@@ -141,7 +141,7 @@ def _cycle_once(target: Target, *, batch: int, clients: int, seconds: float,
         raise RuntimeError(f"creating queue {name} on the {target.label} service: {status}")
     remaining = lambda: {  # noqa: E731
         str(r[0]) for r in _sql(
-            target.url, "SELECT m.message_id::text FROM messages m JOIN queues q "
+            target.url, "SELECT m.message_id::text FROM leaseq.messages m JOIN leaseq.queues q "
             "ON q.id = m.queue_id WHERE q.name = $1", name)
     }
     result = cycle.run("rest", target.service.port, name, clients=clients, batch=batch,

@@ -30,13 +30,14 @@ from bench.longpoll import database_url
 RESULTS = Path(__file__).parent / "results"
 
 SIZES = """
-SELECT pg_relation_size('messages') AS heap,
-       pg_indexes_size('messages') AS indexes,
-       (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'messages') AS live,
-       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'messages') AS dead,
-       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'messages')
+WITH t AS (SELECT * FROM pg_stat_user_tables WHERE relid = 'leaseq.messages'::regclass)
+SELECT pg_relation_size('leaseq.messages') AS heap,
+       pg_indexes_size('leaseq.messages') AS indexes,
+       (SELECT n_live_tup FROM t) AS live,
+       (SELECT n_dead_tup FROM t) AS dead,
+       (SELECT autovacuum_count FROM t)
            AS autovacuums,
-       (SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'messages')
+       (SELECT vacuum_count FROM t)
            AS vacuums,
        current_setting('autovacuum') AS autovacuum
 """

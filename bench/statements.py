@@ -103,8 +103,8 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
         queue_id = find_queue_id(url, name)
         prefilled = apart.prefill_rest(port, name, backlog)
         target: Any = port
-        table, remaining = "messages", (
-            "SELECT message_id::text FROM messages WHERE queue_id = $1")
+        table, remaining = "leaseq.messages", (
+            "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1")
     else:
         asyncio.run(minimal.create(url))
         name = queue_id = 1
@@ -121,7 +121,7 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
     statements = asyncio.run(_rows(url, _STATEMENTS))
     tables_after = asyncio.run(_rows(url, _TABLES))
     if kind == "rest":
-        fetch_ids(url, "DELETE FROM messages WHERE queue_id = $1 RETURNING id", queue_id)
+        fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
     else:
         asyncio.run(minimal.drop(url))
     count = max(row["messages_per_second"] * seconds, 1)
