@@ -3,7 +3,8 @@
 It talks to the service over HTTP only and depends on nothing but httpx (and rich,
 for the operator's commands) and the standard library: importing it loads none of
 the server's modules, and each name is imported when first used.
-See docs/workers.md.
+See docs/workers.md. `leaseq.sql` sends and acknowledges in your own transaction,
+on your own database connection (docs/transactions.md).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from leaseq import sql
     from leaseq.backoff import Backoff
     from leaseq.batching import SendBatcher
     from leaseq.client import AsyncClient, Client, default_url
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
         ApiError,
         CancelReason,
         ClientError,
+        Forbidden,
         HandlerCancelled,
         InvalidReceiptHandle,
         LeaseLost,
@@ -61,6 +64,7 @@ _WHERE = {
     "Client": "leaseq.client",
     "ClientError": "leaseq.errors",
     "Context": "leaseq.context",
+    "Forbidden": "leaseq.errors",
     "HandlerCancelled": "leaseq.errors",
     "InvalidReceiptHandle": "leaseq.errors",
     "Lease": "leaseq.models",
@@ -95,6 +99,8 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "sql":  # a module of its own: `leaseq.sql.send(conn, ...)`
+        return importlib.import_module("leaseq.sql")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'leaseq' has no attribute {name!r}")
@@ -116,6 +122,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Context",
+    "Forbidden",
     "HandlerCancelled",
     "InvalidReceiptHandle",
     "Lease",
@@ -146,4 +153,5 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "default_url",
+    "sql",
 ]

@@ -1,18 +1,21 @@
 """What a handler gets besides its message: the fencing token, the cancellation
-token of the watchdog, and checkpoints.
+token of the watchdog, checkpoints, and acknowledging in its own transaction.
 
 Sync handlers get a `Context` (blocking `checkpoint`), async handlers an
 `AsyncContext` (`await ctx.checkpoint(...)`). Both answer `cancelled`,
 `cancel_reason` and `raise_if_cancelled()`: a sync handler cannot be interrupted
-from outside, so it checks between units of work.
+from outside, so it checks between units of work. Both have `ack_with(conn)`,
+awaited with an async connection and called plainly with a sync one, whichever
+kind the handler is.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, overload
 
+from leaseq import sql
 from leaseq.client import AsyncClient
 from leaseq.errors import CancelReason, HandlerCancelled
 from leaseq.lease import LeaseClock, save_checkpoint
@@ -29,13 +32,16 @@ class _Base:
         lease: LeaseClock,
         loop: asyncio.AbstractEventLoop,
         client: Callable[[], AsyncClient],
+        acked_in_transaction: Callable[[], None] | None = None,
     ) -> None:
+        """`acked_in_transaction`: called once `ack_with` has deleted the message."""
         self.message = message
         self.queue = queue
         self._lease = lease
         # Where this message's lease writes go: the heartbeat's loop and client.
         self._loop = loop
         self._client = client
+        self._acked_in_transaction = acked_in_transaction
 
     @property
     def fencing_token(self) -> int:
@@ -66,6 +72,37 @@ class _Base:
         if self._lease.cancelled:
             reason = self._lease.reason
             raise HandlerCancelled(reason if reason is not None else CancelReason.LEASE_EXPIRED)
+
+    @overload
+    def ack_with(self, conn: sql.AsyncConnectionLike) -> Coroutine[Any, Any, None]: ...
+    @overload
+    def ack_with(self, conn: sql.ConnectionLike) -> None: ...
+    def ack_with(self, conn: Any) -> Coroutine[Any, Any, None] | None:
+        """Acknowledge the message in the transaction open on `conn`, your own
+        (`leaseq.sql.delete`): it is gone if that transaction commits, and comes
+        back after its lease if it rolls back. From then on the worker no longer
+        heartbeats it (its row stays locked until your transaction ends, so no
+        receive claims it meanwhile, lease or not) and does not acknowledge it when
+        the handler returns; if the handler raises, it is released as usual (a
+        release the commit made moot is refused, harmlessly). Raises `LeaseLost`
+        when the claim is gone already: the transaction cannot commit as intended.
+
+        With an async connection (asyncpg, psycopg's `AsyncConnection`,
+        SQLAlchemy's `AsyncSession`) `await ctx.ack_with(conn)`; with a sync one the
+        call itself does it."""
+        deleting = sql.delete(conn, self.queue, self.message.receipt_handle)
+        if deleting is None:
+            self._acked()
+            return None
+        return self._acked_after(deleting)
+
+    async def _acked_after(self, deleting: Coroutine[Any, Any, None]) -> None:
+        await deleting
+        self._acked()
+
+    def _acked(self) -> None:
+        if self._acked_in_transaction is not None:
+            self._acked_in_transaction()
 
     def _checkpoint_call(self, cursor: Any) -> Coroutine[Any, Any, Lease | None]:
         return save_checkpoint(self._lease, self._client(), self.queue, cursor)

@@ -10,6 +10,7 @@
           ├── MessageTooLarge           413 message_too_large
           ├── RequestTooLarge           413 request_too_large
           ├── ValidationError           422 validation_error
+          ├── Forbidden                 403 forbidden
           └── ServiceUnavailable        503 database_unavailable
 
     HandlerCancelled                a BaseException, like asyncio.CancelledError, so
@@ -79,6 +80,11 @@ class ValidationError(ApiError):
     """A parameter is outside its documented limits."""
 
 
+class Forbidden(ApiError):
+    """The API key's scopes do not allow the request; through the SQL API
+    (`leaseq.sql`), the calling role has no grant for the queue."""
+
+
 class ServiceUnavailable(ApiError):
     """The service cannot reach its database right now."""
 
@@ -91,6 +97,7 @@ ERRORS: dict[str, type[ApiError]] = {
     "message_too_large": MessageTooLarge,
     "request_too_large": RequestTooLarge,
     "validation_error": ValidationError,
+    "forbidden": Forbidden,
     "database_unavailable": ServiceUnavailable,
 }
 """problem `code` -> exception class; an unknown code is a plain ApiError."""

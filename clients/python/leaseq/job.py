@@ -21,6 +21,10 @@ class Outcome(enum.StrEnum):
     """What became of one received message."""
 
     ACKNOWLEDGED = "acknowledged"
+    """Deleted over HTTP once its handler returned, or deleted by the handler in its
+    own transaction (`ctx.ack_with(conn)`), counted when the handler returns: the
+    worker cannot see that transaction commit (`WorkerStats.acknowledged_in_transaction`
+    counts these)."""
     ACK_REJECTED = "acknowledgement rejected"
     RELEASED = "released"
     ABANDONED = "abandoned"
@@ -33,6 +37,7 @@ class Outcome(enum.StrEnum):
 class WorkerStats:
     received: int = 0
     acknowledged: int = 0
+    acknowledged_in_transaction: int = 0  # of those, by the handler (ctx.ack_with)
     ack_rejected: int = 0
     failed: int = 0  # the handler raised
     released: int = 0
@@ -72,6 +77,9 @@ class Job:
         self.batch = batch  # the receive that brought it (numbered from 1)
         self.freed = False  # its acknowledgement is queued: its slot is free
         self.outcome: Outcome | None = None
+        # The handler deleted it in its own transaction (ctx.ack_with): the
+        # worker neither beats for it nor acknowledges it.
+        self.acked_in_transaction = False
         # FIFO: resolved True when it may run (the messages before it in its
         # group are settled), False when it is to be released unhandled.
         self.turn: asyncio.Future[bool] | None = None

@@ -18,6 +18,14 @@
    an exception it is released for another attempt (`POST .../release`): after
    the queue's retry ladder (`retry_backoff`) decides, or after the delay of the
    worker's own `Backoff` when it was given one.
+5. A handler may acknowledge its message itself, in its own transaction
+   (`ctx.ack_with(conn)`). From then on its row is locked by that transaction
+   until it ends, and no receive can claim it, so the lease decides nothing any
+   more: the heartbeat stops (a beat would only wait for the lock), the watchdog
+   is disarmed (a shutdown no longer cancels the handler before its grace and
+   `CANCEL_WAIT` are over), and on success the message is counted acknowledged
+   without a request. On an exception it is released as in 4; that release is
+   refused, harmlessly, when the transaction committed.
 
 On a FIFO queue a message first waits for its turn in its group
 (`leaseq.fifo_order`), heartbeated meanwhile; one whose turn does not come is
@@ -41,7 +49,7 @@ from leaseq.acks import ACK_RIDE_SECONDS, AckBatcher, Acked
 from leaseq.backoff import Backoff
 from leaseq.client import AsyncClient
 from leaseq.context import AsyncContext, Context
-from leaseq.errors import ApiError, CancelReason, HandlerCancelled, Unreachable
+from leaseq.errors import ApiError, CancelReason, HandlerCancelled, LeaseLost, Unreachable
 from leaseq.fifo_order import GroupOrder
 from leaseq.job import Job, Outcome, WorkerStats
 from leaseq.lease import HeartbeatThread, heartbeat
@@ -105,6 +113,12 @@ class Runner:
             heartbeat(job.lease, client(), self.queue), beat_loop
         )
         beat.add_done_callback(_report_heartbeat_crash)
+
+        def acked_in_transaction() -> None:  # from the handler's thread, for a sync one
+            job.acked_in_transaction = True
+            job.lease.close()
+            beat.cancel()
+
         run = True
         try:
             # FIFO: held (and heartbeated) until the messages before it in its
@@ -113,7 +127,9 @@ class Runner:
                 # ...and not run once its claim is gone while it waited.
                 run = await job.turn and not job.lease.cancelled
             if run:
-                ended, error = await self._run_handler(job, beat_loop, client)
+                ended, error = await self._run_handler(
+                    job, beat_loop, client, acked_in_transaction
+                )
         finally:
             job.lease.close()
             beat.cancel()
@@ -132,10 +148,11 @@ class Runner:
         job: Job,
         beat_loop: asyncio.AbstractEventLoop,
         client: Callable[[], AsyncClient],
+        acked_in_transaction: Callable[[], None],
     ) -> tuple[HandlerEnd, BaseException | None]:
         """Runs the handler, in the span that continues its message's trace."""
         with tracing.processing(self.queue, job.message) as span:
-            ended, error = await self._run_in_span(job, beat_loop, client)
+            ended, error = await self._run_in_span(job, beat_loop, client, acked_in_transaction)
             if ended == "failed" and error is not None:
                 span.failed(error)
         return ended, error
@@ -145,11 +162,14 @@ class Runner:
         job: Job,
         beat_loop: asyncio.AbstractEventLoop,
         client: Callable[[], AsyncClient],
+        acked_in_transaction: Callable[[], None],
     ) -> tuple[HandlerEnd, BaseException | None]:
         loop = asyncio.get_running_loop()
         lease = job.lease
         if self.is_async:
-            actx = AsyncContext(job.message, self.queue, lease, beat_loop, client)
+            actx = AsyncContext(
+                job.message, self.queue, lease, beat_loop, client, acked_in_transaction
+            )
             handler: Callable[..., Coroutine[Any, Any, Any]] = self.handler
             task: asyncio.Task[Any] = asyncio.create_task(handler(job.message, actx))
 
@@ -167,7 +187,7 @@ class Runner:
                 return "cancelled", None
             error = task.exception()
         else:
-            ctx = Context(job.message, self.queue, lease, beat_loop, client)
+            ctx = Context(job.message, self.queue, lease, beat_loop, client, acked_in_transaction)
             future: asyncio.Future[Any] = loop.create_future()
             # The thread runs in this task's context: the handler's span is current there.
             context = contextvars.copy_context()
@@ -186,6 +206,14 @@ class Runner:
         return "failed", error
 
     async def _settle(self, job: Job, ended: HandlerEnd, error: BaseException | None) -> None:
+        if ended == "done" and job.acked_in_transaction:
+            # Whatever the watchdog said before: the delete found the claim still ours.
+            job.free()
+            self._record(job, Outcome.ACKNOWLEDGED)
+            self.stats.acknowledged += 1
+            self.stats.acknowledged_in_transaction += 1
+            log.info("%s acknowledged in its handler's transaction", job)
+            return
         reason = job.lease.reason
         if reason in LOST_CLAIM:
             # Acknowledging or releasing it would at best be refused, and the
@@ -239,6 +267,10 @@ class Runner:
                 self.queue, job.message.receipt_handle, delay
             )
         except (Unreachable, ApiError) as exc:
+            if isinstance(exc, LeaseLost) and job.acked_in_transaction:
+                log.info("%s: not released: the handler's transaction acknowledged it "
+                         "(or, rolled back, its lease ran out and it was claimed again)", job)
+                return
             log.warning("%s: release failed (%r); it returns when its lease ends", job, exc)
             return
         self._record(job, Outcome.RELEASED)

@@ -281,7 +281,12 @@ class Worker:
             if not job.settled:
                 job.settled = True
                 job.lease.close()
-                await self._runner.release(job, 0, why="its handler did not stop at shutdown")
+                # One its handler acknowledged in a transaction still open: a
+                # release would wait for that transaction's lock.
+                if not job.acked_in_transaction:
+                    await self._runner.release(
+                        job, 0, why="its handler did not stop at shutdown"
+                    )
                 task.cancel()
         if self._jobs:  # the rest are finishing an acknowledgement or release
             await asyncio.wait(set(self._jobs), timeout=CANCEL_WAIT)
