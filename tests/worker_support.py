@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
+
+import httpx
 
 from leaseq import AsyncClient, Message, Worker
 
@@ -37,3 +40,22 @@ async def steal(api: AsyncClient, queue: str, handle: str) -> Message:
     await api.release(queue, handle, 0)
     (mine,) = await api.receive(queue, visibility_timeout=60, wait=0)
     return mine
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """A worker's transport that counts its requests by method and what they act on
+    (a message, else the last part of the path)."""
+
+    def __init__(self, seen: Counter[str]) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen = seen
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        kind = "message" if "/messages/" in path and path.count("/") == 5 else (
+            path.rsplit("/", 1)[-1])
+        self.seen[f"{request.method} {kind}"] += 1
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -28,7 +28,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from support import db_now, make_queue, receive, wait_until
-from worker_support import running
+from worker_support import Counting, running
 
 from app.db.engine import asyncpg_url, parse_url, plain_url
 from leaseq import (
@@ -300,24 +300,6 @@ async def test_other_errors_and_other_objects_are_not_the_helpers(
 
 
 # -- a worker's handler acknowledging in its own transaction ---------------------
-
-
-class Counting(httpx.AsyncBaseTransport):
-    """Counts the worker's requests by method and what they act on."""
-
-    def __init__(self, seen: Counter[str]) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.seen = seen
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        kind = "message" if "/messages/" in path and path.count("/") == 5 else (
-            path.rsplit("/", 1)[-1])
-        self.seen[f"{request.method} {kind}"] += 1
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 ACKNOWLEDGEMENTS = ("DELETE message", "POST delete", "POST receive")

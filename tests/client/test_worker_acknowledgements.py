@@ -12,29 +12,10 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-import httpx
 from support import wait_until
-from worker_support import running
+from worker_support import Counting, running
 
 from leaseq import AsyncClient, AsyncContext, Message, Worker
-
-
-class Counting(httpx.AsyncBaseTransport):
-    """Counts requests by method and the last part of their path."""
-
-    def __init__(self, seen: Counter[str]) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.seen = seen
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        kind = "message" if "/messages/" in path and path.count("/") == 5 else (
-            path.rsplit("/", 1)[-1])
-        self.seen[f"{request.method} {kind}"] += 1
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_a_busy_worker_s_acknowledgements_ride_on_its_receives(
