@@ -35,19 +35,17 @@ async def run(command: str, args: Any, *, settings: Settings, database_url: str,
                           f"(CREATE ROLE {args.role} LOGIN ...)", file=out)
                     return 1
                 for scope in scopes:
-                    await session.fetch(
-                        Q.add_grant, {"role": args.role, "scope": f"{scope.action}:{scope.pattern}"}
-                    )
-            print(f"granted {args.role}: {' '.join(s.action + ':' + s.pattern for s in scopes)}",
-                  file=out)
+                    await session.fetch(Q.add_grant, {"role": args.role, "scope": str(scope)})
+            print(f"granted {args.role}: {' '.join(map(str, scopes))}", file=out)
             return 0
         missing = []
         async with db.transaction() as session:
             for scope in scopes:
-                text = f"{scope.action}:{scope.pattern}"
-                (row,) = await session.fetch(Q.remove_grant, {"role": args.role, "scope": text})
+                (row,) = await session.fetch(
+                    Q.remove_grant, {"role": args.role, "scope": str(scope)}
+                )
                 if not row["removed"]:
-                    missing.append(text)
+                    missing.append(str(scope))
         if missing:
             print(f"leaseq grants: {args.role} had no grant {' '.join(missing)}", file=out)
             return 1

@@ -40,15 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, overload
 
-from leaseq.errors import (
-    ApiError,
-    Forbidden,
-    InvalidReceiptHandle,
-    LeaseLost,
-    MessageTooLarge,
-    QueueNotFound,
-    ValidationError,
-)
+from leaseq.errors import ApiError, api_error
 from leaseq.models import OutgoingMessage
 
 __all__ = [
@@ -357,15 +349,16 @@ async def _on_sqlalchemy_async(conn: Any, query: str, params: dict[str, Any]) ->
 
 # -- the errors -----------------------------------------------------------------
 
-_ERRORS: dict[str, tuple[type[ApiError], int, str]] = {
-    "LQ001": (QueueNotFound, 404, "queue_not_found"),
-    "LQ002": (ValidationError, 422, "validation_error"),
-    "LQ003": (MessageTooLarge, 413, "message_too_large"),
-    "LQ004": (InvalidReceiptHandle, 400, "invalid_receipt_handle"),
-    "LQ005": (LeaseLost, 409, "lease_lost"),
-    "42501": (Forbidden, 403, "forbidden"),
+_ERRORS: dict[str, tuple[int, str]] = {
+    "LQ001": (404, "queue_not_found"),
+    "LQ002": (422, "validation_error"),
+    "LQ003": (413, "message_too_large"),
+    "LQ004": (400, "invalid_receipt_handle"),
+    "LQ005": (409, "lease_lost"),
+    "42501": (403, "forbidden"),
 }
-"""SQLSTATE -> the error the REST door answers in the same case (class, status, code)."""
+"""SQLSTATE -> what the REST door answers in the same case (status, problem code);
+`api_error` makes the client's exception of it, as for a REST answer."""
 
 
 @contextmanager
@@ -389,14 +382,14 @@ def _api_error(exc: BaseException) -> ApiError | None:
     mapped = _ERRORS.get(state)
     if mapped is None:
         return None
-    cls, status, code = mapped
+    status, code = mapped
     diagnostics = getattr(source, "diag", None)  # psycopg's
     message = getattr(diagnostics, "message_primary", None) or getattr(source, "message", None)
     hint = getattr(diagnostics, "message_hint", None) or getattr(source, "hint", None)
     detail = str(message or source)
     if hint:
         detail = f"{detail} (hint: {hint})"
-    return cls(status, code, detail)
+    return api_error(status, code, detail)
 
 
 def _postgres_error(exc: BaseException) -> tuple[str, BaseException] | None:
