@@ -439,7 +439,8 @@ _STATEMENTS = [
         answer leaseq.sent;
     BEGIN
         -- send_batch's work for one message, without its arrays: the common
-        -- call, made once per transaction of the caller's.
+        -- call, made once per transaction of the caller's. Through send_batch
+        -- it cost about 6 % more PostgreSQL CPU a send (16 clients, PostgreSQL 15).
         IF q.fifo THEN
             RETURN leaseq.send_fifo(q, body, attributes, "group", deduplication);
         END IF;
