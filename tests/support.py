@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -96,3 +97,31 @@ async def stored_then_revoked(url: str, token: str) -> None:
         assert await store.revoke(key_id)
     finally:
         await engine.dispose()
+
+
+async def sql_send(conn: Any, queue: str, body: str, **named: Any) -> asyncpg.Record:
+    names = ["queue", "body", *named]
+    args = ", ".join(f'"{n}" => ${i}' for i, n in enumerate(names, start=1))
+    row: asyncpg.Record = await conn.fetchrow(
+        f"SELECT * FROM leaseq.send({args})", queue, body, *named.values()
+    )
+    return row
+
+
+async def notices_heard(pool: asyncpg.Pool) -> None:
+    """Until a notice committed now has reached a listener of its own: every
+    notice committed before it has been delivered (PostgreSQL delivers them in
+    commit order), and the service's listener has had them too."""
+    marker = f"fence:{uuid.uuid4().hex}"
+    heard = asyncio.get_running_loop().create_future()
+
+    def on_notice(*args: Any) -> None:
+        if args[3] == marker and not heard.done():
+            heard.set_result(None)
+
+    async with pool.acquire() as listener:
+        await listener.add_listener("leaseq", on_notice)
+        async with pool.acquire() as conn:
+            await conn.execute("SELECT pg_notify('leaseq', $1)", marker)
+        await asyncio.wait_for(heard, 10)
+        await listener.remove_listener("leaseq", on_notice)

@@ -61,6 +61,24 @@ CONNECTION_ERRORS = (
 )
 
 
+STATEMENT_ERRORS = (asyncpg.PostgresError, *CONNECTION_ERRORS)
+"""What a statement on a connection of its own (the LISTEN connection's) may
+raise: the server's refusal or the connection's loss."""
+
+
+async def pass_lock(conn: asyncpg.Connection, key: tuple[int, int], timeout_ms: int) -> bool:
+    """Takes the transaction-level advisory lock `key` exclusively and lets it go
+    at once: every transaction that held it shared before has ended. False when
+    that took more than `timeout_ms`."""
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+            await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *key)
+    except asyncpg.LockNotAvailableError:
+        return False
+    return True
+
+
 class DatabaseError(Exception):
     """PostgreSQL refused a statement (not a lost connection: DatabaseUnavailable)."""
 
@@ -226,8 +244,8 @@ def _size(engine: AsyncEngine) -> int:
 @contextlib.asynccontextmanager
 async def listening(
     url: str, channel: str, on_notify: Callable[[str], None], *, name: str, dial: Dialer
-) -> AsyncIterator[asyncio.Event]:
-    """A connection of its own LISTENing on `channel`; the event is set when it
+) -> AsyncIterator[tuple[asyncio.Event, asyncpg.Connection]]:
+    """A connection of its own LISTENing on `channel`, and an event set when it
     is lost. A LISTEN cannot share the pool: it must outlive every request."""
     lost = asyncio.Event()
     conn = await connect(url, dial, server_settings={"application_name": name})
@@ -236,7 +254,7 @@ async def listening(
         await conn.add_listener(
             channel, lambda _conn, _pid, _channel, text: on_notify(text)
         )
-        yield lost
+        yield lost, conn
     finally:
         if not conn.is_closed():
             conn.terminate()

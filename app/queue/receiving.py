@@ -191,6 +191,19 @@ class Receive:
         if self._waiter is None:
             claimed = await self._claim(queue, self._visibility_timeout, self._max)
             return claimed, None
+        received, ahead = await self._claim_in_line(queue)
+        if not received and not ahead.more_now and not self._hub.watches.holds(queue.id):
+            # About to wait on a queue no send is sure to announce (sends in
+            # callers' own transactions announce only to watchers): watch it,
+            # then look once more, the look the watch's fence makes complete.
+            await self._hub.watches.watch(queue.id)
+            if self._hub.watches.holds(queue.id):
+                received, ahead = await self._claim_in_line(queue)
+        return received, ahead
+
+    async def _claim_in_line(self, queue: Queue) -> tuple[list[ReceivedMessage], Outlook]:
+        """A claim by a receiver in line, and what lies ahead after it."""
+        assert self._waiter is not None
         generation = self._hub.generation(queue.id)
         with self._hub.looking(self._waiter):
             received = await self._claim(queue, self._visibility_timeout, self._max)

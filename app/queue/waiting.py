@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from app.config import Settings
 from app.db.connector import listening
 from app.errors import Overloaded
+from app.queue.watches import Watches
 
 if TYPE_CHECKING:
     from app.db.hosts import Dialer
@@ -111,6 +112,7 @@ class WaitHub:
         max_waiters: int = Settings.model_fields["max_waiters"].default,
         max_waiters_per_queue: int = Settings.model_fields["max_waiters_per_queue"].default,
         max_waiters_per_key: int | None = None,
+        watches: Watches | None = None,
     ) -> None:
         self._lines: dict[int, _Line] = {}
         self.max_waiters = max_waiters
@@ -130,6 +132,11 @@ class WaitHub:
         self._quiet: dict[int, tuple[int, float]] = {}
         self.on_queue_changed: Callable[[int | None], None] = lambda _queue_id: None
         """Called with a queue id whose attributes changed (None: perhaps any)."""
+        self.watches = watches or Watches()
+        """The queues whose every send is announced (watches.py); only those
+        are ever taken as known-empty."""
+        self.watches.on_fenced = self._look_again
+        self.watches.in_use = lambda queue_id: queue_id in self._lines
 
     # -- receivers ------------------------------------------------------------
 
@@ -239,7 +246,8 @@ class WaitHub:
         """A claim that started at `generation` found the queue empty, with its
         next message due in `due_in` seconds (None: nothing pending). Until
         then, and unless a notification says otherwise, looking is pointless."""
-        if not self._listening or generation != self.generation(queue_id):
+        if (not self._listening or generation != self.generation(queue_id)
+                or not self.watches.holds(queue_id)):
             return
         # With nothing pending, still look again within a minute: a safety net
         # for any change that might not announce itself.
@@ -250,7 +258,8 @@ class WaitHub:
     def quiet_for(self, queue_id: int) -> float | None:
         """Seconds the queue is known to stay empty, or None when unknown."""
         entry = self._quiet.get(queue_id)
-        if entry is None or not self._listening or entry[0] != self.generation(queue_id):
+        if (entry is None or not self._listening or entry[0] != self.generation(queue_id)
+                or not self.watches.holds(queue_id)):
             return None
         remaining = entry[1] - asyncio.get_running_loop().time()
         return remaining if remaining > 0 else None
@@ -288,6 +297,11 @@ class WaitHub:
             line.timer.cancel()
         line.timer = loop.call_at(when, self._timer_fired, queue_id)
         line.timer_at = when
+
+    def _look_again(self, queue_id: int) -> None:
+        """Something may have become visible unannounced: one receiver looks."""
+        self._bump(queue_id)
+        self.wake(queue_id, 1)
 
     def _timer_fired(self, queue_id: int) -> None:
         self._bump(queue_id)
@@ -344,6 +358,8 @@ class WaitHub:
             return
         self._listening = listening
         self._quiet.clear()
+        if not listening:
+            self.watches.detach()
         self.on_queue_changed(None)
         if listening:
             if self._degraded_task is not None:
@@ -402,7 +418,8 @@ class Listener:
                 async with listening(
                     self._url, CHANNEL, self._dispatch, name="leaseq-listener",
                     dial=self._dial,
-                ) as lost:
+                ) as (lost, conn):
+                    self._hub.watches.attach(conn)
                     self._set_listening(True)
                     self.connected.set()
                     backoff = 0.1
@@ -414,6 +431,7 @@ class Listener:
                 _log.warning("listener cannot connect (%s); retrying in %.1fs", exc, backoff)
             finally:
                 self.connected.clear()
+                self._hub.watches.detach()
             self._set_listening(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)

@@ -33,7 +33,7 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
 
 SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
-    "message_groups", "message_deduplication", "receive_attempts", "grants",
+    "message_groups", "message_deduplication", "receive_attempts", "grants", "watches",
 }
 
 
@@ -55,6 +55,33 @@ async def test_upgrade_downgrade_upgrade(empty_database: str) -> None:
     assert await _tables(empty_database) == {"alembic_version"}
     await asyncio.to_thread(upgrade, empty_database)
     assert await _tables(empty_database) == SCHEMA
+
+
+async def test_the_sql_api_announces_through_the_watches_and_back(empty_database: str) -> None:
+    """0013 rewrites 0012's functions in place (pg_notify made leaseq.announce);
+    its downgrade turns them back."""
+
+    async def calls() -> list[tuple[str, bool, bool]]:
+        conn = await asyncpg.connect(plain_url(empty_database))
+        try:
+            rows = await conn.fetch(
+                "SELECT p.proname, pg_get_functiondef(p.oid) AS definition FROM pg_proc AS p "
+                "WHERE p.pronamespace = 'leaseq'::regnamespace AND p.proname = ANY($1) "
+                "ORDER BY p.proname",
+                ["send", "send_batch", "send_fifo", "delete", "change_visibility"])
+            return [(r["proname"], "pg_notify(" in r["definition"],
+                     "leaseq.announce(" in r["definition"]) for r in rows]
+        finally:
+            await conn.close()
+
+    await asyncio.to_thread(upgrade, empty_database)
+    announcing = await calls()
+    assert len(announcing) == 5
+    assert all(not notify and announce for _, notify, announce in announcing)
+    await asyncio.to_thread(command.downgrade, alembic_config(empty_database), "0012")
+    notifying = await calls()
+    assert len(notifying) == 5
+    assert all(notify and not announce for _, notify, announce in notifying)
 
 
 async def test_the_messages_table_is_vacuumed_by_dead_tuples_not_by_its_size(
@@ -141,7 +168,7 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     await _as_before_0011(empty_database)
     conn = await asyncpg.connect(plain_url(empty_database))
     try:
-        assert await _public_tables(conn) >= SCHEMA - {"grants"}
+        assert await _public_tables(conn) >= SCHEMA - {"grants", "watches"}
         # What a running deployment holds: a standard and a FIFO queue with
         # messages (one in flight), a group, a deduplication id, keys.
         await conn.execute(

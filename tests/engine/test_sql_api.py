@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from support import make_queue, parked, queue_id_of, receive, send
+from support import make_queue, notices_heard, parked, queue_id_of, receive, send, sql_send
 
 from app.db.engine import plain_url
 
@@ -27,15 +26,6 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         yield made
 
 
-async def sql_send(conn: Any, queue: str, body: str, **named: Any) -> asyncpg.Record:
-    names = ["queue", "body", *named]
-    args = ", ".join(f'"{n}" => ${i}' for i, n in enumerate(names, start=1))
-    row: asyncpg.Record = await conn.fetchrow(
-        f"SELECT * FROM leaseq.send({args})", queue, body, *named.values()
-    )
-    return row
-
-
 async def test_a_send_wakes_a_waiting_receive_when_its_transaction_commits_and_not_before(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
@@ -48,31 +38,12 @@ async def test_a_send_wakes_a_waiting_receive_when_its_transaction_commits_and_n
         sent = await sql_send(conn, queue, "order 1 placed")
         # A fence: a notice committed after the send reaches every listener
         # after anything the send's statement could have woken.
-        await fence(pool)
+        await notices_heard(pool)
         assert not waiter.done(), "woken before the sending transaction committed"
         await tx.commit()
     messages = await asyncio.wait_for(waiter, 20)
     assert [m["message_id"] for m in messages] == [str(sent["message_id"])]
     assert messages[0]["body"] == "order 1 placed"
-
-
-async def fence(pool: asyncpg.Pool) -> None:
-    """Until a notice committed now has reached a listener of its own: every
-    notice committed before it has been delivered (PostgreSQL delivers them in
-    commit order), and the service's listener has had them too."""
-    marker = f"fence:{uuid.uuid4().hex}"
-    heard = asyncio.get_running_loop().create_future()
-
-    def on_notice(*args: Any) -> None:
-        if args[3] == marker and not heard.done():
-            heard.set_result(None)
-
-    async with pool.acquire() as listener:
-        await listener.add_listener("leaseq", on_notice)
-        async with pool.acquire() as conn:
-            await conn.execute("SELECT pg_notify('leaseq', $1)", marker)
-        await asyncio.wait_for(heard, 10)
-        await listener.remove_listener("leaseq", on_notice)
 
 
 async def test_a_rolled_back_send_leaves_nothing_and_wakes_no_one(
@@ -89,7 +60,7 @@ async def test_a_rolled_back_send_leaves_nothing_and_wakes_no_one(
         await tx.start()
         await sql_send(conn, queue, "never")
         await tx.rollback()
-    await fence(pool)
+    await notices_heard(pool)
     assert [n for n in notices if n.startswith(f"{queue_id}:")] == []
     assert not waiter.done()
     assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0

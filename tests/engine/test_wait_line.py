@@ -8,6 +8,14 @@ import asyncpg
 from support import wait_until
 
 from app.queue.waiting import Ready, WaitHub
+from app.queue.watches import Watches
+
+
+class Watched(Watches):
+    """Every queue watched and fenced, as after watches.watch() on a database."""
+
+    def holds(self, queue_id: int) -> bool:
+        return True
 
 
 def woken(hub: WaitHub, *waiters: object) -> list[bool]:
@@ -94,7 +102,7 @@ async def test_losing_the_listener_wakes_everyone_and_then_one_per_second() -> N
 
 
 async def test_a_queue_is_quiet_until_anything_happens_to_it() -> None:
-    hub = WaitHub()
+    hub = WaitHub(watches=Watched())
     hub.set_listening(True)
     generation = hub.generation(1)
     hub.mark_quiet(1, generation, due_in=None)
@@ -107,7 +115,7 @@ async def test_a_queue_is_quiet_until_anything_happens_to_it() -> None:
 
 
 async def test_quiet_ends_when_the_next_message_is_due() -> None:
-    hub = WaitHub()
+    hub = WaitHub(watches=Watched())
     hub.set_listening(True)
     hub.mark_quiet(2, hub.generation(2), due_in=0.01)
     assert hub.quiet_for(2) is not None
@@ -115,13 +123,22 @@ async def test_quiet_ends_when_the_next_message_is_due() -> None:
 
 
 async def test_nothing_is_quiet_without_the_listener() -> None:
-    hub = WaitHub()
+    hub = WaitHub(watches=Watched())
     hub.mark_quiet(3, hub.generation(3), due_in=None)
     assert hub.quiet_for(3) is None
     hub.set_listening(True)
     hub.mark_quiet(3, hub.generation(3), due_in=None)
     hub.set_listening(False)
     assert hub.quiet_for(3) is None
+
+
+async def test_nothing_is_quiet_that_is_not_watched() -> None:
+    """A send in a caller's own transaction announces itself only to watchers:
+    an empty look at an unwatched queue proves nothing about the next moment."""
+    hub = WaitHub()
+    hub.set_listening(True)
+    hub.mark_quiet(4, hub.generation(4), due_in=None)
+    assert hub.quiet_for(4) is None
 
 
 async def test_the_databases_notice_reads_back_as_what_it_said(db: asyncpg.Connection) -> None:
