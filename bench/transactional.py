@@ -10,6 +10,9 @@ burst). The caller's own row goes in a table of its own (`bench_orders`).
 - rest + row: the caller's row INSERTed (its own transaction), then the POST:
   what an application does without the SQL API, with the crash window between
   the two that the SQL API closes;
+- raw: BEGIN; INSERT the caller's row; INSERT the message's row straight into
+  leaseq.messages; COMMIT: the floor of any send in the caller's transaction
+  (no checks, no grants, no wake-up), which `sql` is held to;
 - sql: BEGIN; INSERT the caller's row; SELECT leaseq.send(...); COMMIT, on one
   asyncpg connection: both or neither.
 Per row: messages per second, PostgreSQL's and the service's CPU per message
@@ -46,7 +49,7 @@ from bench._harness import (
 from bench.longpoll import database_url, until_parked
 
 RESULTS = Path(__file__).parent / "results"
-KINDS = ("rest", "rest+row", "sql")
+KINDS = ("rest", "rest+row", "raw", "sql")
 ORDERS = """
 CREATE TABLE IF NOT EXISTS public.bench_orders (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -56,6 +59,10 @@ CREATE TABLE IF NOT EXISTS public.bench_orders (
 """
 ORDER = "INSERT INTO public.bench_orders (reference) VALUES ($1)"
 SEND = "SELECT message_id FROM leaseq.send($1, $2)"
+RAW = """
+INSERT INTO leaseq.messages (queue_id, body, attributes, visible_at)
+SELECT id, $2, '{}', statement_timestamp() FROM leaseq.queues WHERE name = $1
+"""
 
 
 def _cpu() -> float:
@@ -65,15 +72,18 @@ def _cpu() -> float:
 
 async def _client(kind: str, port: int, dsn: str, queue: str, until: float) -> int:
     sent = 0
-    http = await Http.open(port) if kind != "sql" else None
+    http = await Http.open(port) if kind not in ("sql", "raw") else None
     conn = await asyncpg.connect(dsn) if kind != "rest" else None
     try:
         while time.monotonic() < until:
             reference = uuid.uuid4().hex
-            if conn is not None and kind == "sql":
+            if conn is not None and kind in ("sql", "raw"):
                 async with conn.transaction():
                     await conn.execute(ORDER, reference)
-                    await conn.fetchval(SEND, queue, reference)
+                    if kind == "sql":
+                        await conn.fetchval(SEND, queue, reference)
+                    else:
+                        await conn.execute(RAW, queue, reference)
             else:
                 assert http is not None
                 if conn is not None:
@@ -194,17 +204,18 @@ def measure(service: Service, url: str, *, seconds: float, processes: int = 2,
 
 def print_rows(report: dict[str, Any]) -> None:
     rows = {r["kind"]: r for r in report["rows"]}
-    rest = rows["rest"]
+    rest, raw = rows["rest"], rows["raw"]
     print("\nsending in the caller's transaction (16 clients, one message a send; "
           "µs of CPU per message)")
-    print(f"{'':10} {'msg/s':>8} {'/ rest':>7} {'postgres':>9} {'/ rest':>7} "
+    print(f"{'':10} {'msg/s':>8} {'/ rest':>7} {'postgres':>9} {'/ rest':>7} {'/ raw':>6} "
           f"{'service':>8} {'WAL B':>7} {'lost':>5}")
     for kind in KINDS:
         r = rows[kind]
+        database = r["database_us_per_message"]
         print(f"{kind:10} {r['messages_per_second']:8.0f} "
               f"{r['messages_per_second'] / rest['messages_per_second']:7.2f} "
-              f"{r['database_us_per_message']:9.0f} "
-              f"{r['database_us_per_message'] / rest['database_us_per_message']:7.2f} "
+              f"{database:9.0f} {database / rest['database_us_per_message']:7.2f} "
+              f"{database / raw['database_us_per_message']:6.2f} "
               f"{r['service_us_per_message']:8.0f} {r['wal_bytes_per_message']:7.0f} "
               f"{r['lost']:5d}")
     wake = report["commit_to_wake"]
