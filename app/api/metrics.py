@@ -164,6 +164,12 @@ class Metrics(QueueEvents):
         self.wakeups = Counter(
             "leaseq_wakeups_total", "Wake-ups delivered to waiting receivers.", registry=registry,
         )
+        self.watch_fences = Counter(
+            "leaseq_watch_fences_total",
+            "Queues this process began to watch (a long poll about to wait where none had "
+            "waited for a minute): sends in callers' transactions notify only watched queues.",
+            registry=registry,
+        )
         self.grouped_requests = Counter(
             "leaseq_grouped_requests_total", "Requests that went through group commit.",
             ["operation"], registry=registry,
@@ -340,6 +346,7 @@ class Metrics(QueueEvents):
         self.seats.set(self._hub.max_waiters)
         self.maintenance_held.set(1 if self._maintenance.lock.held else 0)
         self._advance(self.wakeups, ("wakeups", ""), self._hub.wakeups)
+        self._advance(self.watch_fences, ("watch_fences", ""), self._hub.watches.fences)
         for name, line in self._group.coalescers().items():
             self._advance(self.grouped_requests.labels(name), ("requests", name), line.requests)
             self._advance(self.grouped_statements.labels(name), ("statements", name),

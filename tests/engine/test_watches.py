@@ -68,6 +68,8 @@ async def test_a_send_is_announced_only_while_a_receiver_waits(
     waiter = asyncio.create_task(receive(client, queue, wait=20))
     await parked(client, queue)
     assert await watch_rows(db, queue_id) == 1
+    metrics = (await client.get("/metrics")).text
+    assert "leaseq_watch_fences_total 1.0" in metrics.splitlines()
     async with pool.acquire() as conn:
         await sql_send(conn, queue, "announced")
     assert [m["body"] for m in await asyncio.wait_for(waiter, 20)] == ["announced"]
