@@ -116,7 +116,8 @@ class MessageIn(Strict):
     group: FifoId | None = Field(
         default=None,
         description="FIFO queues (required there): the message group. A group's messages "
-        "are delivered in send order.",
+        "are delivered in send order. Standard queues: the message's tenant (SQS's fair "
+        "queues), stored and returned with it.",
     )
     deduplication_id: FifoId | None = Field(
         default=None,
@@ -182,7 +183,11 @@ class ReceivedOut(BaseModel):
     sent_at: datetime
     first_received_at: datetime
     checkpoint: Any
-    group: str | None = Field(default=None, description="FIFO queues: the message group.")
+    group: str | None = Field(
+        default=None,
+        description="FIFO queues: the message group; standard queues: the tenant it was sent "
+        "with, if any.",
+    )
     sequence_number: str | None = Field(default=None, description="FIFO queues.")
     deduplication_id: str | None = Field(default=None, description="FIFO queues.")
 
@@ -319,6 +324,9 @@ class PeekedOut(BaseModel):
     fencing_token: int | None = Field(description="The holder's token, while in flight.")
     lease_remaining_seconds: float | None = Field(
         description="Seconds left of the lease while in flight, on the database's clock."
+    )
+    group: str | None = Field(
+        default=None, description="The message group (FIFO) or tenant (standard), if any."
     )
 
     @classmethod

@@ -48,6 +48,7 @@ class Outgoing(NamedTuple):
     delay: int
     not_before: datetime | None
     trace_header: str | None = None  # SQS's AWSTraceHeader (NULL for nearly every message)
+    tenant: str | None = None  # the message's group on a standard queue (fair queues)
 
 
 class Change(NamedTuple):
@@ -154,6 +155,7 @@ def _send_params(key: SendKey, flat: list[Outgoing]) -> Mapping[str, Any]:
         "delays": [m.delay for m in flat],
         "not_befores": [m.not_before for m in flat],
         "trace_headers": [m.trace_header for m in flat],
+        "tenants": [m.tenant for m in flat],
     }
 
 

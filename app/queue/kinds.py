@@ -97,7 +97,7 @@ STANDARD = QueueKind(
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
     }),
-    received_fields=lambda _row: {},
+    received_fields=lambda row: {} if row["tenant"] is None else {"group_id": row["tenant"]},
     acks_ride_claims=True,
     remembers_attempts=False,
 )

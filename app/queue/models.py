@@ -93,7 +93,7 @@ class OutgoingMessage:
     # Typed attributes (the SQS front door); when given, `attributes` is ignored.
     typed_attributes: dict[str, MessageAttribute] | None = None
     sender_id: str | None = None
-    group_id: str | None = None  # FIFO: required there, refused elsewhere
+    group_id: str | None = None  # FIFO: required there; a standard queue: the tenant, if any
     deduplication_id: str | None = None  # FIFO: else the body's SHA-256, if the queue says so
     # SQS's AWSTraceHeader system attribute: kept and given back, never counted in the size.
     trace_header: str | None = None
@@ -125,7 +125,7 @@ class ReceivedMessage:
     # Every attribute with its type: `attributes` as String ones, plus the typed.
     typed_attributes: dict[str, MessageAttribute] = field(default_factory=dict)
     sender_id: str | None = None
-    group_id: str | None = None  # FIFO queues
+    group_id: str | None = None  # FIFO queues; a standard queue's message's tenant
     sequence_number: str | None = None
     deduplication_id: str | None = None
     trace_header: str | None = None  # SQS's AWSTraceHeader, when the sender set one
@@ -174,6 +174,8 @@ class PeekedMessage:
     lease_remaining_seconds: float | None
     """What is left of the lease while the message is in flight, on the database's clock."""
     cursor: str
+    group: str | None = None
+    """Its group: a FIFO queue's, or the tenant a standard queue's message named."""
 
 
 @dataclass(frozen=True)

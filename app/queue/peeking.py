@@ -76,6 +76,7 @@ async def peek(
                 None if row["lease_remaining"] is None else float(row["lease_remaining"])
             ),
             cursor=str(row["id"]),
+            group=row["group"],
         )
         for row in rows
     ]

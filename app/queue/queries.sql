@@ -208,9 +208,9 @@ WHERE queue_id = :queue_id
 -- deadline is still statement_timestamp() plus an interval.
 WITH sent AS (
     INSERT INTO leaseq.messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
-                          visible_at)
+                          tenant, visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
-           m.sender_id, m.trace_header,
+           m.sender_id, m.trace_header, m.tenant,
            statement_timestamp() + CASE
                WHEN m.not_before IS NULL THEN m.delay * interval '1 second'
                ELSE greatest(interval '0',
@@ -220,9 +220,9 @@ WITH sent AS (
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
                 CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
                 CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]),
-                CAST(:trace_headers AS text[]))
+                CAST(:trace_headers AS text[]), CAST(:tenants AS text[]))
          WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, delay, not_before,
-                              trace_header, ord)
+                              trace_header, tenant, ord)
     ORDER BY m.ord
     RETURNING id, message_id, sent_at,
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
@@ -256,7 +256,7 @@ m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
 CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
 m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
 m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-CAST(m.checkpoint AS text) AS checkpoint
+CAST(m.checkpoint AS text) AS checkpoint, m.tenant
 
 -- fragment: dead_letter
 -- What a claim writes to a message it moves to the dead-letter queue instead
@@ -488,6 +488,7 @@ SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
        CAST(m.attributes AS text) AS attributes, m.receive_count, m.sent_at,
        m.first_received_at, m.visible_at, CAST(m.checkpoint AS text) AS checkpoint,
        source.name AS dead_letter_source, m.fencing_token,
+       coalesce(m.group_id, m.tenant) AS "group",
        -- On the database's clock, as every deadline: a dashboard counts it down.
        CASE WHEN m.leased AND m.visible_at > statement_timestamp()
             THEN extract(epoch FROM m.visible_at - statement_timestamp()) END

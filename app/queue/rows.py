@@ -128,6 +128,7 @@ class PeekRow(TypedDict):
     checkpoint: str | None
     dead_letter_source: str | None
     fencing_token: int | None
+    group: str | None
     lease_remaining: Decimal | None
     state: str
 
@@ -207,6 +208,7 @@ class MessageColumns(TypedDict):
     sent_at: datetime
     first_received_at: datetime
     checkpoint: str | None
+    tenant: str | None
 
 
 class ClaimColumns(MessageColumns):

@@ -76,10 +76,11 @@ def standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> 
     """A message for a standard queue, checked."""
     if message.delay is not None:
         check_range("delay", message.delay, limits.DELAY)
-    if message.group_id is not None or message.deduplication_id is not None:
-        raise InvalidParameter(
-            "group and deduplication_id are for FIFO queues; this queue is a standard one."
-        )
+    if message.deduplication_id is not None:
+        raise InvalidParameter("deduplication_id is for FIFO queues; this queue is a standard one.")
+    tenant = message.group_id
+    if tenant is not None:
+        _check_group(tenant)
     flat, types = _stored_attributes(message)
     return Outgoing(
         body=message.body,
@@ -89,7 +90,16 @@ def standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> 
         delay=attributes.delay if message.delay is None else message.delay,
         not_before=message.not_before,
         trace_header=message.trace_header,
+        tenant=tenant,
     )
+
+
+def _check_group(group: str) -> None:
+    if not limits.FIFO_ID.fullmatch(group):
+        raise InvalidParameter(
+            "group must be 1-128 letters, digits and punctuation (!\"#$%&'()*+,-./:;<=>?@"
+            "[\\]^_`{|}~)."
+        )
 
 
 def fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> FifoOutgoing:
@@ -102,11 +112,7 @@ def fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Fifo
     group = message.group_id
     if group is None:
         raise MissingParameter("group", "A message sent to a FIFO queue needs a group.")
-    if not limits.FIFO_ID.fullmatch(group):
-        raise InvalidParameter(
-            "group must be 1-128 letters, digits and punctuation (!\"#$%&'()*+,-./:;<=>?@"
-            "[\\]^_`{|}~)."
-        )
+    _check_group(group)
     deduplication_id = message.deduplication_id
     if deduplication_id is None:
         if not attributes.content_based_deduplication:

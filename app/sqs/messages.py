@@ -106,13 +106,14 @@ def _outgoing(ctx: Context, entry: dict[str, Any], kind: QueueKind) -> OutgoingM
             f"Value {deduplication_id} for parameter MessageDeduplicationId is invalid. Reason: "
             f"The request includes a parameter that is not valid for this queue type.",
         )
-    # A MessageGroupId on a standard queue is accepted and ignored (SQS's fair
-    # queues use it to share out delivery; every message here is delivered alike).
+    # A MessageGroupId on a standard queue names the message's tenant (SQS's
+    # fair queues): stored, and returned as its MessageGroupId.
     return OutgoingMessage(
         body=body,
         delay=param_ranged(entry, "DelaySeconds", *limits.DELAY),
         typed_attributes=attributes.parse(entry.get("MessageAttributes")),
         sender_id=ctx.sender_id,
+        group_id=group,
         trace_header=trace_header,
     )
 
@@ -295,7 +296,8 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             "SentTimestamp": millis(message.sent_at),
             "ApproximateReceiveCount": str(message.receive_count),
             "ApproximateFirstReceiveTimestamp": millis(message.first_received_at),
-            "MessageGroupId": message.group_id,  # these three: None on a standard queue
+            "MessageGroupId": message.group_id,  # a standard queue's: its tenant, if any
+            # these two: None on a standard queue
             "MessageDeduplicationId": message.deduplication_id,
             "SequenceNumber": message.sequence_number,
             md5.TRACE_HEADER: attributes.trace_of(message),

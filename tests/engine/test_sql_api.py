@@ -270,7 +270,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("eleven attributes", {"body": "x", "attributes": {f"a{i}": "v" for i in range(11)}}),
     ("too large", {"body": "x" * 1020, "attributes": {"kk": "v" * 3}}),
     ("just fits", {"body": "x" * 1020, "attributes": {"k": "vvv"}}),
-    ("group on standard", {"body": "x", "group": "g"}),
+    ("group on standard", {"body": "x", "group": "tenant-7"}),
+    ("group on standard too long", {"body": "x", "group": "g" * 129}),
+    ("group on standard with space", {"body": "x", "group": "a b"}),
+    ("group on standard, delayed", {"body": "x", "group": "t", "delay": 3}),
     ("deduplication on standard", {"body": "x", "deduplication_id": "d"}),
 ]
 FIFO_CASES: list[tuple[str, dict[str, Any]]] = [

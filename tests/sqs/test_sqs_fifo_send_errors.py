@@ -44,7 +44,8 @@ async def test_send_errors(sqs: Any) -> None:
     (got,) = await receive(sqs, url, AttributeNames=["MessageGroupId"])
     assert got["Attributes"] == {"MessageGroupId": longest}
 
-    # A standard queue: no deduplication id; a group id is accepted and ignored.
+    # A standard queue: no deduplication id; a group id names the message's
+    # tenant (fair queues), and comes back as its MessageGroupId.
     standard = (await run(sqs.create_queue, QueueName="plain"))["QueueUrl"]
     assert await refused(sqs.send_message, QueueUrl=standard, MessageBody="x",
                          MessageDeduplicationId="d") == (
@@ -55,8 +56,8 @@ async def test_send_errors(sqs: Any) -> None:
     assert "SequenceNumber" not in sent
     (fair,) = await receive(sqs, standard, AttributeNames=["All"])
     assert fair["Body"] == "fair"
-    assert not {"MessageGroupId", "MessageDeduplicationId", "SequenceNumber"} & set(
-        fair["Attributes"])
+    assert fair["Attributes"]["MessageGroupId"] == "tenant-1"
+    assert not {"MessageDeduplicationId", "SequenceNumber"} & set(fair["Attributes"])
     # Asked for by name on a standard queue's message: absent, no Attributes at all.
     await run(sqs.change_message_visibility, QueueUrl=standard,
               ReceiptHandle=fair["ReceiptHandle"], VisibilityTimeout=0)
@@ -91,7 +92,7 @@ async def test_send_batch_errors(sqs: Any) -> None:
         "Value 3 for parameter DelaySeconds is invalid. Reason: The request include "
         "parameter that is not valid for this queue type.")
     assert bodies(await receive(sqs, url)) == ["x"]
-    # A standard queue: a deduplication id fails its entry; a group id is ignored.
+    # A standard queue: a deduplication id fails its entry; a group id is kept.
     standard = (await run(sqs.create_queue, QueueName="plain"))["QueueUrl"]
     mixed = await run(sqs.send_message_batch, QueueUrl=standard, Entries=[
         {"Id": "a", "MessageBody": "x", "MessageGroupId": "G"},
@@ -100,3 +101,5 @@ async def test_send_batch_errors(sqs: Any) -> None:
     assert [e["Id"] for e in mixed["Successful"]] == ["a"]
     assert "SequenceNumber" not in mixed["Successful"][0]
     assert [(e["Id"], e["Code"]) for e in mixed["Failed"]] == [("b", "InvalidParameterValue")]
+    (kept,) = await receive(sqs, standard, AttributeNames=["MessageGroupId"])
+    assert kept["Attributes"] == {"MessageGroupId": "G"}

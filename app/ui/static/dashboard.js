@@ -195,17 +195,16 @@ import {
 
   function sendForm(name, fifo) {
     const body = h('textarea', { name: 'body', id: 'test-body' }, 'hello from the dashboard');
-    const group = fifo ? h('input', { name: 'group', id: 'test-group', value: 'dashboard' }) : null;
+    // A FIFO queue's message needs a group; a standard queue's may name its tenant.
+    const group = h('input', { name: 'group', id: 'test-group', value: fifo ? 'dashboard' : '' });
     const allowed = can('send', name);
     return h('form', {
       id: 'send',
       onsubmit: async (event) => {
         event.preventDefault();
         const message = { body: body.value };
-        if (fifo) {
-          message.group = group.value;
-          message.deduplication_id = `dashboard-${Date.now()}`;
-        }
+        if (fifo || group.value) message.group = group.value;
+        if (fifo) message.deduplication_id = `dashboard-${Date.now()}`;
         try {
           const sent = await api('POST', `/v1/queues/${q(name)}/messages`, message);
           flash(`Sent message ${sent.message_id}.`);
@@ -213,7 +212,7 @@ import {
       },
     },
     h('label', {}, 'Body', body),
-    fifo ? h('label', {}, 'Message group', group) : null,
+    h('label', {}, fifo ? 'Message group' : 'Tenant (group, optional)', group),
     h('div', { class: 'row' }, h('button', { type: 'submit', id: 'send-test', disabled: !allowed }, 'Send a test message')));
   }
 
@@ -267,6 +266,7 @@ import {
       body.replaceChildren(...page.messages.map((m) => h('tr', { 'data-message': m.message_id, 'data-state': m.state },
         h('td', {}, m.message_id), h('td', {}, m.state.replace('_', ' ')),
         h('td', { class: 'body' }, m.body + (m.truncated ? '…' : '')),
+        h('td', { 'data-field': 'group' }, m.group === null ? '–' : m.group),
         h('td', { class: 'num', 'data-field': 'receive_count' }, m.receive_count),
         h('td', { class: 'num', 'data-field': 'fencing_token' }, m.fencing_token === null ? '–' : m.fencing_token),
         h('td', { class: 'num countdown', 'data-field': 'lease_left',
@@ -287,7 +287,7 @@ import {
     return h('div', { id: 'peek' },
       h('div', { class: 'row tabs' }, buttons),
       h('table', {}, h('thead', {}, h('tr', {},
-        h('th', {}, 'Message'), h('th', {}, 'State'), h('th', {}, 'Body'),
+        h('th', {}, 'Message'), h('th', {}, 'State'), h('th', {}, 'Body'), h('th', {}, 'Group'),
         h('th', { class: 'num' }, 'Receives'), h('th', { class: 'num' }, 'Fencing token'),
         h('th', { class: 'num' }, 'Lease left'), h('th', {}, 'Sent'))), body));
   }

@@ -13,6 +13,7 @@ const q = encodeURIComponent;
  *             not_before?: string, group?: string, deduplication_id?: string }} OutgoingMessage
  *   On a FIFO queue `group` is required, and `deduplication_id` too unless the queue
  *   has content_based_deduplication; `delay` and `not_before` are refused there.
+ *   On a standard queue `group` names the message's tenant (fair queues).
  */
 
 export class Client {

@@ -177,7 +177,8 @@ class Client(_Base):
     ) -> Sent:
         """Send one message (answered once it is committed). FIFO queues: `group` is
         required, `deduplication_id` too unless the queue has content-based
-        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`."""
+        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`.
+        Standard queues: `group` names the message's tenant (fair queues)."""
         return self._run(calls.send(queue, body, delay, attributes, group, deduplication_id))
 
     def send_batch(
@@ -356,7 +357,8 @@ class AsyncClient(_Base):
     ) -> Sent:
         """Send one message (answered once it is committed). FIFO queues: `group` is
         required, `deduplication_id` too unless the queue has content-based
-        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`."""
+        deduplication, and `delay` is refused; the `Sent` has a `sequence_number`.
+        Standard queues: `group` names the message's tenant (fair queues)."""
         return await self._run(calls.send(queue, body, delay, attributes, group, deduplication_id))
 
     async def send_batch(

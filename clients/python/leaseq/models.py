@@ -32,8 +32,8 @@ def _maybe_float(value: Any) -> float | None:
 class Message:
     """A received message. `lease_seconds` is the lease to measure on your own
     monotonic clock; `lease_expires_at` is the server's time, for information only.
-    On a FIFO queue `group`, `sequence_number` and `deduplication_id` are set
-    (None on a standard queue)."""
+    On a FIFO queue `group`, `sequence_number` and `deduplication_id` are set;
+    on a standard queue `group` is the tenant it was sent with, if any."""
 
     message_id: str
     body: str
@@ -136,7 +136,8 @@ class Sent:
 class OutgoingMessage:
     """One entry of `send_batch`. On a FIFO queue `group` is required, and
     `deduplication_id` too unless the queue has `content_based_deduplication`;
-    a FIFO message takes no `delay`."""
+    a FIFO message takes no `delay`. On a standard queue `group` names the
+    message's tenant (fair queues)."""
 
     body: str
     delay: int | None = None
