@@ -31,6 +31,7 @@ from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, dialer, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
+from app.queue.fairness import FairnessRounds
 from app.queue.kinds import group_commit
 from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
@@ -219,6 +220,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 vacuum_forever(db, settings.vacuum_check_seconds, only_while=maintenance.lock),
                 name="leaseq-vacuum",
+            ),
+            asyncio.create_task(
+                FairnessRounds(db).forever(only_while=maintenance.lock),
+                name="leaseq-fairness",
             ),
         ]
         background.append(asyncio.create_task(

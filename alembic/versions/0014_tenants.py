@@ -18,6 +18,7 @@ functions are rewritten from their stored definitions, each change counted.
 from collections.abc import Sequence
 
 from alembic import op
+from app.db.function_edits import Edit, edit_functions
 
 revision: str = "0014"
 down_revision: str | None = "0013"
@@ -29,7 +30,7 @@ _SEND = "leaseq.send(text, text, jsonb, integer, text, text)"
 _SEND_BATCH = "leaseq.send_batch(text, text[], jsonb[], integer[], text[], text[])"
 
 # (function, text of 0012, text of this revision): each found exactly once.
-_CHANGES: list[tuple[str, str, str]] = [
+_CHANGES: list[Edit] = [
     (
         _CHECK,
         "IF message_group IS NOT NULL OR deduplication_id IS NOT NULL THEN",
@@ -78,30 +79,11 @@ _CHANGES: list[tuple[str, str, str]] = [
 ]
 
 
-def _rewrite(forward: bool) -> None:
-    """The functions recreated from their stored definitions with each change
-    made (or undone); CREATE OR REPLACE keeps their owners and grants."""
-    bind = op.get_bind()
-    for function in dict.fromkeys(name for name, _, _ in _CHANGES):
-        definition = bind.exec_driver_sql(
-            f"SELECT pg_get_functiondef('{function}'::regprocedure)").scalar_one()
-        for name, before, after in _CHANGES:
-            if name != function:
-                continue
-            old, new = (before, after) if forward else (after, before)
-            if definition.count(old) != 1:
-                raise RuntimeError(
-                    f"{function}: expected {old!r} once in its definition; was it changed "
-                    f"outside the migrations?")
-            definition = definition.replace(old, new)
-        bind.exec_driver_sql(definition)
-
-
 def upgrade() -> None:
     op.execute("ALTER TABLE leaseq.messages ADD COLUMN tenant text")
-    _rewrite(forward=True)
+    edit_functions(op.get_bind(), _CHANGES)
 
 
 def downgrade() -> None:
-    _rewrite(forward=False)
+    edit_functions(op.get_bind(), _CHANGES, forward=False)
     op.execute("ALTER TABLE leaseq.messages DROP COLUMN tenant")

@@ -17,6 +17,7 @@ from pydantic import (
 from app.queue import attributes, limits
 from app.queue.advice import LeaseAdvice
 from app.queue.models import (
+    Fairness,
     Queue,
     QueueStats,
     RedriveTask,
@@ -48,6 +49,26 @@ class RetryBackoffIn(Strict):
     )
     max: float = Field(ge=limits.RETRY_SECONDS[0], le=limits.RETRY_SECONDS[1])
     jitter: float = Field(default=0.0, ge=limits.RETRY_JITTER[0], le=limits.RETRY_JITTER[1])
+
+
+class FairnessIn(Strict):
+    """Standard queues: when a tenant (a message's `group`) is noisy, and its messages
+    wait while quiet tenants' are delivered first (fair queues, docs/fair-queues.md).
+    Given whole: a field left out takes its default."""
+
+    in_flight_share: float = Field(
+        default=0.1, gt=limits.FAIR_SHARE[0], le=limits.FAIR_SHARE[1],
+        description="Noisy above this share of the queue's messages in flight...",
+    )
+    in_flight_min: int = Field(
+        default=30, ge=limits.FAIR_IN_FLIGHT_MIN[0], le=limits.FAIR_IN_FLIGHT_MIN[1],
+        strict=True, description="...with at least this many of its own in flight.",
+    )
+    processing_share: float = Field(
+        default=0.1, gt=limits.FAIR_SHARE[0], le=limits.FAIR_SHARE[1],
+        description="Or noisy above this share of the queue's recent processing time "
+        "(claim to acknowledgement, decayed over a minute).",
+    )
 
 
 class QueueAttributesIn(Strict):
@@ -86,6 +107,10 @@ class QueueAttributesIn(Strict):
         default=None,
         description="FIFO: stored and returned as SQS has it; leaseq sets no throughput limit.",
     )
+    fairness: FairnessIn | None = Field(
+        default=None,
+        description="Standard queues: the thresholds of a noisy tenant (fair queues).",
+    )
 
     def changes(self) -> dict[str, Any]:
         """The attributes given. Null means "not given", except for the removable
@@ -95,6 +120,8 @@ class QueueAttributesIn(Strict):
             value = getattr(self, name)
             if name == "retry_backoff" and value is not None:
                 value = RetryBackoff(**value.model_dump())
+            if name == "fairness" and value is not None:
+                value = Fairness(**value.model_dump())
             if value is not None or name in attributes.REMOVABLE:
                 out[name] = value
         return out
@@ -111,6 +138,12 @@ class RetryBackoffOut(BaseModel):
     jitter: float
 
 
+class FairnessOut(BaseModel):
+    in_flight_share: float
+    in_flight_min: int
+    processing_share: float
+
+
 class QueueAttributesOut(BaseModel):
     visibility_timeout: int
     message_retention: int
@@ -124,6 +157,11 @@ class QueueAttributesOut(BaseModel):
     content_based_deduplication: bool
     deduplication_scope: str
     fifo_throughput_limit: str
+    fair: bool = Field(
+        description="A standard queue that has had a message naming its tenant (`group`): "
+        "its claims serve quiet tenants first. Set by the first such message."
+    )
+    fairness: FairnessOut
 
 
 class StatsOut(BaseModel):

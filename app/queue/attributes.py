@@ -14,7 +14,7 @@ from typing import Any
 from app.db.connector import Session
 from app.errors import InvalidParameter, InvalidRedrivePolicy
 from app.queue import limits
-from app.queue.models import QueueAttributes, RetryBackoff
+from app.queue.models import Fairness, QueueAttributes, RetryBackoff
 from app.queue.sql import Q
 
 NUMERIC: dict[str, tuple[int, int]] = {
@@ -60,9 +60,28 @@ def _check_backoff(backoff: RetryBackoff) -> None:
             )
 
 
+def _check_fairness(fairness: Fairness) -> None:
+    for field_name, share in (
+        ("in_flight_share", fairness.in_flight_share),
+        ("processing_share", fairness.processing_share),
+    ):
+        if not limits.FAIR_SHARE[0] < share <= limits.FAIR_SHARE[1]:
+            raise InvalidParameter(
+                f"fairness.{field_name} must be more than 0 and at most 1, got {share}"
+            )
+    low, high = limits.FAIR_IN_FLIGHT_MIN
+    if not low <= fairness.in_flight_min <= high:
+        raise InvalidParameter(
+            f"fairness.in_flight_min must be between {low} and {high}, "
+            f"got {fairness.in_flight_min}"
+        )
+
+
 def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttributes:
     """The attributes after `changes`, checked; `current` None means a new queue."""
-    unknown = set(changes) - set(NUMERIC) - set(REMOVABLE) - set(FIFO_ONLY) - {"fifo"}
+    unknown = (
+        set(changes) - set(NUMERIC) - set(REMOVABLE) - set(FIFO_ONLY) - {"fifo", "fairness"}
+    )
     if unknown:
         raise InvalidParameter(f"unknown queue attributes: {', '.join(sorted(unknown))}")
     fifo = (current or DEFAULT).fifo
@@ -108,6 +127,14 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
         # Judged on the attributes as they are after the change; a change of
         # neither leaves a queue stored before this rule as it was.
         raise InvalidParameter(THROUGHPUT_NEEDS_GROUP_SCOPE)
+    fairness = changes.get("fairness")
+    if fairness is not None:
+        if fifo and fairness != DEFAULT.fairness:
+            raise InvalidParameter(
+                "fairness is for standard queues: a FIFO queue delivers each group in order."
+            )
+        _check_fairness(fairness)
+        merged = replace(merged, fairness=fairness)
     if "retry_backoff" in changes:
         backoff = changes["retry_backoff"]
         if backoff is not None:
@@ -173,4 +200,7 @@ async def sql_values(
         "retry_jitter": backoff.jitter if backoff else None,
         "fifo": attributes.fifo,
         **{name: getattr(attributes, name) for name in FIFO_ONLY},
+        "fair_in_flight_share": attributes.fairness.in_flight_share,
+        "fair_in_flight_min": attributes.fairness.in_flight_min,
+        "fair_processing_share": attributes.fairness.processing_share,
     }

@@ -22,7 +22,7 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits
-from app.queue.models import Queue, QueueAttributes, QueueStats, RetryBackoff
+from app.queue.models import Fairness, Queue, QueueAttributes, QueueStats, RetryBackoff
 from app.queue.rows import GaugeRow, QueueRow
 from app.queue.sql import Q
 from app.queue.waiting import WaitHub
@@ -71,6 +71,12 @@ def _queue_from_row(row: QueueRow) -> Queue:
             kms_master_key_id=row["kms_master_key_id"],
             kms_data_key_reuse_period=row["kms_data_key_reuse_period"],
             sqs_managed_sse=row["sqs_managed_sse"],
+            fair=row["fair"],
+            fairness=Fairness(
+                in_flight_share=row["fair_in_flight_share"],
+                in_flight_min=row["fair_in_flight_min"],
+                processing_share=row["fair_processing_share"],
+            ),
         ),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -166,6 +172,16 @@ class QueueCatalog:
             return await self.lookup(session, name)
         async with self._db.session() as own:
             return await self.lookup(own, name)
+
+    async def make_fair(self, name: str) -> Queue:
+        """The standard queue made fair, as its first message naming a tenant
+        does (every process is told to read it again), and read again here."""
+        async with self._db.transaction() as session:
+            queue = await self.lookup(session, name)
+            if not queue.attributes.fair and not queue.attributes.fifo:
+                await session.fetch(Q.make_fair, {"queue_id": queue.id})
+                queue = await self.lookup(session, name)
+        return queue
 
     def cached(self, name: str) -> Queue | None:
         entry = self._queue_cache.get(name)

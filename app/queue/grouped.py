@@ -235,6 +235,30 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 
 
+def _fair_claim_params(key: ClaimKey, takes: list[Take]) -> dict[str, Any]:
+    queue = key[0]
+    fairness = queue.attributes.fairness
+    return {
+        **claim_params(queue, key[1], takes),
+        "in_flight_min": fairness.in_flight_min,
+        "in_flight_share": fairness.in_flight_share,
+    }
+
+
+CLAIM_FAIR: Grouped[ClaimKey, Take, Claimed] = Grouped(
+    name="claim_fair",
+    query=Q.claim_fair_messages,
+    params=_fair_claim_params,
+    share=_claim_share,
+    limit=GROUP_ITEMS,
+    weigh=CLAIM.weigh,
+    rows=CLAIM.rows,
+    then=CLAIM.then,
+    undo=CLAIM.undo,
+)
+"""A fair queue's claim (quiet tenants first): one statement whatever rides on it."""
+
+
 def _delete_share(rows: list[DeletedRow], groups: list[list[Receipt]]) -> list[Deleted]:
     deleted = {row["id"]: row["held"] for row in rows}
     return [
@@ -256,6 +280,16 @@ DELETE: Grouped[int, Receipt, Deleted] = Grouped(
     rows=lambda h: (h.message_row,),
 )
 """The rows deleted, of those asked for."""
+
+DELETE_FAIR: Grouped[int, Receipt, Deleted] = Grouped(
+    name="delete_fair",
+    query=Q.delete_fair_messages,
+    params=DELETE.params,
+    share=_delete_share,
+    limit=GROUP_ITEMS,
+    rows=DELETE.rows,
+)
+"""DELETE on a fair queue: its tenants' counts kept with it."""
 
 
 def _change_share(

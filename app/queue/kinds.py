@@ -23,7 +23,7 @@ from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
 from app.queue.receipts import Receipt
 from app.queue.rows import ChangedRow, FifoClaimRow, FifoSentRow, ReplayedRow, SentRow
-from app.queue.sending import fifo_outgoing, standard_outgoing
+from app.queue.sending import fair_outgoing, fifo_outgoing, standard_outgoing
 from app.queue.sql import Q
 from app.queue.waiting import Ready
 
@@ -97,10 +97,33 @@ STANDARD = QueueKind(
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
     }),
-    received_fields=lambda row: {} if row["tenant"] is None else {"group_id": row["tenant"]},
+    # A fair queue's message that named no tenant has the tenant '': none.
+    received_fields=lambda row: {"group_id": row["tenant"]} if row["tenant"] else {},
     acks_ride_claims=True,
     remembers_attempts=False,
 )
+
+FAIR = QueueKind(
+    name="fair",
+    send=STANDARD.send,
+    send_key=STANDARD.send_key,
+    outgoing=fair_outgoing,
+    send_notice=STANDARD.send_notice,
+    sent=_sent,
+    claim=grouped.CLAIM_FAIR,
+    delete=grouped.DELETE_FAIR,
+    change=STANDARD.change,
+    give_back=STANDARD.give_back,
+    free_groups=(),
+    outlook=STANDARD.outlook,
+    received_fields=STANDARD.received_fields,
+    acks_ride_claims=True,
+    remembers_attempts=False,
+)
+"""A standard queue whose messages name tenants (`fair`, set by the first such
+message): its claims take quiet tenants' messages first, and its claims and
+acknowledgements keep the tenants' counts (docs/fair-queues.md). A message
+naming no tenant is stored with the tenant '', its own."""
 
 FIFO = QueueKind(
     name="fifo",
@@ -122,18 +145,20 @@ FIFO = QueueKind(
     remembers_attempts=True,
 )
 
-KINDS = (STANDARD, FIFO)
+KINDS = (STANDARD, FAIR, FIFO)
 
 
 def kind_of(attributes: QueueAttributes) -> QueueKind:
-    return FIFO if attributes.fifo else STANDARD
+    if attributes.fifo:
+        return FIFO
+    return FAIR if attributes.fair else STANDARD
 
 
 def group_commit(db: Connector) -> GroupCommit:
     """Every kind's message statements, each grouped per queue. Heartbeats may
     hold two fifths of the cached-plan pool (GroupCommit's budget)."""
-    statements = [
+    statements = list(dict.fromkeys(
         statement for kind in KINDS
         for statement in (kind.send, kind.claim, kind.delete, kind.change)
-    ]
+    ))
     return GroupCommit(db, statements, budget=max(1, db.cached_pool_size * 2 // 5))

@@ -24,6 +24,9 @@ RETRY_SECONDS = (0, 43_200)  # retry ladder: initial and max delay
 RETRY_MULTIPLIER = (1, 100)
 RETRY_JITTER = (0, 1)
 RELEASE_DELAY = (0, 43_200)
+# Fair queues: a noisy tenant's share (a fraction above 0) and least messages in flight.
+FAIR_SHARE = (0.0, 1.0)
+FAIR_IN_FLIGHT_MIN = (1, 120_000)  # SQS's in-flight limit of a queue
 
 DEFAULTS: dict[str, int] = {
     "visibility_timeout": 30,

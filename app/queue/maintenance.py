@@ -1,7 +1,8 @@
 """What runs once across a deployment, not once per process.
 
 The maintenance rounds -- the retention sweep (with FIFO queues' deduplication
-ids and receive attempts) and the vacuum check -- run only in the process
+ids and receive attempts), the vacuum check and fair queues' fairness round
+(app/queue/fairness.py) -- run only in the process
 holding the maintenance lock (app/db/fleet.py), whichever replica or uvicorn
 worker that is; when it dies, another takes the lock within about a second and
 runs a round at once. Each round is safe to run twice (its statements skip or
@@ -19,7 +20,7 @@ from app.db.fleet import FleetLock
 from app.db.hosts import Dialer
 from app.queue.sql import Q
 
-ROUNDS = ("retention sweep", "vacuum check")
+ROUNDS = ("retention sweep", "vacuum check", "fairness round")
 
 
 class Maintenance:

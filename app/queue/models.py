@@ -25,6 +25,18 @@ class RetryBackoff:
 
 
 @dataclass(frozen=True)
+class Fairness:
+    """When a tenant of a fair queue is noisy (SQS's published thresholds by
+    default): more than `in_flight_share` of the queue's messages in flight and
+    at least `in_flight_min` of its own, or more than `processing_share` of the
+    queue's recent processing time."""
+
+    in_flight_share: float = 0.1
+    in_flight_min: int = 30
+    processing_share: float = 0.1
+
+
+@dataclass(frozen=True)
 class QueueAttributes:
     visibility_timeout: int
     message_retention: int
@@ -39,6 +51,10 @@ class QueueAttributes:
     content_based_deduplication: bool = False
     deduplication_scope: str = "queue"  # or "message_group"
     fifo_throughput_limit: str = "per_queue"  # or "per_message_group_id"
+    # A standard queue becomes fair with its first message naming a tenant
+    # (app/queue/kinds.py FAIR); the thresholds may be set before.
+    fair: bool = False
+    fairness: Fairness = field(default_factory=Fairness)
     # The SQS door's settings, stored and returned as given and applied to
     # nothing: the queue policy (SQS's JSON text) and the encryption settings.
     policy: str | None = None

@@ -16,6 +16,16 @@
 -- (the text is formatted only by that function, migration 0006); PostgreSQL
 -- delivers it on commit, so a woken receiver always finds the committed row.
 
+-- fragment: queue_columns
+-- A queue as app/queue/rows.py QueueRow reads it (`q`, its dead-letter queue `d`).
+q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
+q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
+q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
+q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
+q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
+q.fair, q.fair_in_flight_share, q.fair_in_flight_min, q.fair_processing_share,
+q.created_at, q.updated_at
+
 -- name: create_queue
 -- returns: QueueRow
 -- Creates a queue; returns no row when the name is already taken.
@@ -25,34 +35,28 @@ WITH created AS (
                         retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
                         fifo, content_based_deduplication, deduplication_scope,
                         fifo_throughput_limit, policy, kms_master_key_id,
-                        kms_data_key_reuse_period, sqs_managed_sse)
+                        kms_data_key_reuse_period, sqs_managed_sse, fair_in_flight_share,
+                        fair_in_flight_min, fair_processing_share)
     VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
             :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
             CAST(:tags AS jsonb), :fifo, :content_based_deduplication, :deduplication_scope,
             :fifo_throughput_limit, :policy, :kms_master_key_id, :kms_data_key_reuse_period,
-            :sqs_managed_sse)
+            :sqs_managed_sse, :fair_in_flight_share, :fair_in_flight_min,
+            :fair_processing_share)
     ON CONFLICT (name) DO NOTHING
     RETURNING *
 )
-SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
-       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
-       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
-       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
-       q.created_at, q.updated_at
+SELECT
+{{queue_columns}}
 FROM created AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 
 -- name: get_queue
 -- returns: QueueRow
 -- One queue by name, with its dead-letter queue's name.
-SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
-       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
-       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
-       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
-       q.created_at, q.updated_at
+SELECT
+{{queue_columns}}
 FROM leaseq.queues AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE q.name = :name;
@@ -60,12 +64,8 @@ WHERE q.name = :name;
 -- name: get_queue_for_update
 -- returns: QueueRow
 -- The same, locked: a change reads and writes one version of the queue.
-SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
-       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
-       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
-       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
-       q.created_at, q.updated_at
+SELECT
+{{queue_columns}}
 FROM leaseq.queues AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE q.name = :name
@@ -80,12 +80,8 @@ SELECT id, fifo FROM leaseq.queues WHERE name = :name FOR SHARE;
 -- name: list_queues
 -- returns: QueueRow
 -- Queues whose name starts with a prefix, in name order, one page after a name.
-SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
-       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
-       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
-       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
-       q.created_at, q.updated_at
+SELECT
+{{queue_columns}}
 FROM leaseq.queues AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE starts_with(q.name, :prefix) AND q.name > :after
@@ -115,16 +111,15 @@ WITH updated AS (
         kms_master_key_id    = :kms_master_key_id,
         kms_data_key_reuse_period = :kms_data_key_reuse_period,
         sqs_managed_sse      = :sqs_managed_sse,
+        fair_in_flight_share = :fair_in_flight_share,
+        fair_in_flight_min   = :fair_in_flight_min,
+        fair_processing_share = :fair_processing_share,
         updated_at           = statement_timestamp()
     WHERE id = :id
     RETURNING *
 )
-SELECT q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait,
-       q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
-       q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
-       q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-       q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
-       q.created_at, q.updated_at
+SELECT
+{{queue_columns}}
 FROM updated AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 
@@ -352,6 +347,318 @@ RETURNING
     {{received_columns}},
     c.lapsed;
 
+-- name: claim_fair_messages
+-- returns: ClaimRow
+-- claim_messages on a fair queue (migration 0015, docs/fair-queues.md): the
+-- same candidates, acknowledgements and dead-letter rounds, chosen tenant by
+-- tenant. `seen` walks the tenants that have messages, one index probe each
+-- (a loose index scan of messages_tenant_claim); each gives its oldest
+-- claimable messages, and they are taken quiet tenants first, oldest first
+-- across them, then noisy tenants, the one with the fewest in flight first.
+-- No tenant's backlog is walked past: a noisy tenant's thousands of messages
+-- cost this statement :max index entries. The candidates are locked in that
+-- order with SKIP LOCKED as claim_messages locks its own, from a list a
+-- little longer than the claim so that rows another claim holds are passed.
+-- The same statement counts the claimed and acknowledged messages into their
+-- tenants' rows (in tenant order, as every writer of them does, so that two
+-- statements never wait on each other's rows) with the processing time of
+-- the acknowledged, and marks a tenant noisy as soon as its messages in
+-- flight pass the queue's thresholds; the fairness round clears it.
+WITH RECURSIVE acked AS (
+    DELETE FROM leaseq.messages AS m
+    USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.tenant,
+              CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
+                   AS double precision) AS held
+),
+seen (tenant) AS (
+    (SELECT m.tenant
+     FROM leaseq.messages AS m
+     WHERE m.queue_id = :queue_id AND m.tenant IS NOT NULL
+     ORDER BY m.tenant
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.tenant
+            FROM leaseq.messages AS m
+            WHERE m.queue_id = :queue_id AND m.tenant > s.tenant
+            ORDER BY m.tenant
+            LIMIT 1)
+    FROM seen AS s
+    WHERE s.tenant IS NOT NULL
+),
+heads AS (
+    SELECT coalesce(t.noisy, false) AS noisy, coalesce(t.in_flight, 0) AS in_flight,
+           h.id, h.visible_at
+    FROM seen AS s
+    LEFT JOIN leaseq.tenants AS t ON t.queue_id = :queue_id AND t.tenant = s.tenant
+    CROSS JOIN LATERAL (
+        SELECT c.id, c.visible_at
+        FROM leaseq.messages AS c
+        WHERE c.queue_id = :queue_id AND c.tenant = s.tenant
+          AND c.visible_at <= statement_timestamp()
+        ORDER BY c.visible_at
+        LIMIT :max
+    ) AS h
+    WHERE s.tenant IS NOT NULL
+),
+ranked AS (
+    SELECT h.id,
+           row_number() OVER (ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END,
+                                       h.visible_at, h.id) AS place
+    FROM heads AS h
+),
+candidates AS (
+    SELECT c.id, c.receive_count, c.leased AS lapsed
+    FROM ranked AS r
+    JOIN leaseq.messages AS c ON c.id = r.id
+    WHERE r.place <= 2 * CAST(:max AS integer) + 10
+      AND c.queue_id = :queue_id
+      AND c.visible_at <= statement_timestamp()
+      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+      AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
+    ORDER BY r.place
+    LIMIT :max
+    FOR UPDATE OF c SKIP LOCKED
+),
+dead AS (
+    UPDATE leaseq.messages AS m
+    {{dead_letter}}
+    FROM candidates AS c
+    WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
+    RETURNING m.id
+),
+claimed AS (
+    UPDATE leaseq.messages AS m
+    {{claim}}
+    FROM candidates AS c
+    WHERE m.id = c.id
+      AND (CAST(:max_receive_count AS integer) IS NULL
+           OR c.receive_count < CAST(:max_receive_count AS integer))
+    RETURNING
+        {{received_columns}},
+        c.lapsed
+),
+moved AS (
+    SELECT tenant, count(*) AS claimed, 0 AS settled, 0 AS held FROM claimed
+    WHERE tenant IS NOT NULL GROUP BY tenant
+    UNION ALL
+    SELECT tenant, 0, count(*), coalesce(sum(held), 0) FROM acked
+    WHERE tenant IS NOT NULL GROUP BY tenant
+),
+counts AS (
+    SELECT tenant, sum(claimed) - sum(settled) AS change, sum(held) AS held
+    FROM moved
+    GROUP BY tenant
+),
+counted AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy)
+    SELECT :queue_id, n.tenant, n.change, n.held
+    FROM counts AS n
+    ORDER BY n.tenant
+    ON CONFLICT (queue_id, tenant) DO UPDATE
+    SET in_flight = greatest(t.in_flight + EXCLUDED.in_flight, 0),
+        busy      =
+            {{decayed_busy}}
+            + EXCLUDED.busy,
+        busy_at   = statement_timestamp(),
+        noisy     = t.noisy OR (
+            t.tenant <> '' AND t.sending
+            AND t.in_flight + EXCLUDED.in_flight >= CAST(:in_flight_min AS integer)
+            AND t.in_flight + EXCLUDED.in_flight > CAST(:in_flight_share AS double precision)
+                * ((SELECT coalesce(sum(greatest(a.in_flight, 0)), 0)
+                    FROM leaseq.tenants AS a WHERE a.queue_id = :queue_id)
+                   + (SELECT coalesce(sum(change), 0) FROM counts)))
+    RETURNING t.tenant
+)
+SELECT (SELECT count(*) FROM dead) AS dead,
+       (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
+       (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
+       claimed.*
+FROM (SELECT 1) AS always_one_row
+LEFT JOIN claimed ON true;
+
+-- fragment: decayed_busy
+-- A tenant's processing time (`t`), decayed to now: recent time weighs most,
+-- an hour ago's next to nothing (e-fold time one minute).
+t.busy * exp(-least(extract(epoch FROM statement_timestamp() - t.busy_at), 3600) / 60.0)
+
+-- name: delete_fair_messages
+-- returns: DeletedRow
+-- delete_messages on a fair queue: the acknowledged messages counted out of
+-- their tenants' messages in flight, and their processing time added, in
+-- tenant order as every writer of those rows.
+WITH deleted AS (
+    DELETE FROM leaseq.messages AS m
+    USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.tenant,
+              CAST(extract(epoch FROM statement_timestamp() - m.claimed_at) AS double precision)
+                  AS held
+),
+counted AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy)
+    SELECT :queue_id, d.tenant, -count(*), coalesce(sum(d.held), 0)
+    FROM deleted AS d
+    WHERE d.tenant IS NOT NULL
+    GROUP BY d.tenant
+    ORDER BY d.tenant
+    ON CONFLICT (queue_id, tenant) DO UPDATE
+    SET in_flight = greatest(t.in_flight + EXCLUDED.in_flight, 0),
+        busy      =
+            {{decayed_busy}}
+            + EXCLUDED.busy,
+        busy_at   = statement_timestamp()
+    RETURNING t.tenant
+)
+SELECT id, held FROM deleted;
+
+-- name: make_fair
+-- returns: MadeFairRow
+-- A standard queue becomes fair (migration 0015's leaseq.make_fair, which the
+-- SQL API's sends call too); false when it already was.
+SELECT leaseq.make_fair(CAST(:queue_id AS bigint)) AS made;
+
+-- name: fairness_round
+-- returns: FairnessRoundRow
+-- Once a second, for every fair queue: each tenant's messages in flight
+-- counted again from the messages (the running counts of claims and
+-- acknowledgements miss lapsed leases, releases and the SQL API's
+-- acknowledgements), its processing time decayed, and who is noisy now: a
+-- tenant with messages waiting that has sent in the last five minutes, above
+-- the queue's in-flight thresholds or its processing-time share. A tenant
+-- with nothing stored and no processing time left is forgotten.
+WITH fair AS (
+    SELECT id, fair_in_flight_share AS share, fair_in_flight_min AS least_in_flight,
+           fair_processing_share AS busy_share
+    FROM leaseq.queues
+    WHERE fair
+),
+flight AS (
+    SELECT m.queue_id, m.tenant, count(*) AS n
+    FROM fair AS q
+    JOIN leaseq.messages AS m ON m.queue_id = q.id
+    WHERE m.visible_at > statement_timestamp() AND m.leased AND m.tenant IS NOT NULL
+    GROUP BY m.queue_id, m.tenant
+),
+known AS (
+    SELECT t.queue_id, t.tenant, t.busy, t.busy_at
+    FROM fair AS q
+    JOIN leaseq.tenants AS t ON t.queue_id = q.id
+),
+now_counted AS (
+    SELECT coalesce(t.queue_id, f.queue_id) AS queue_id,
+           coalesce(t.tenant, f.tenant) AS tenant,
+           coalesce(f.n, 0) AS in_flight,
+           coalesce(
+               {{decayed_busy}},
+               0) AS busy
+    FROM known AS t
+    FULL JOIN flight AS f ON f.queue_id = t.queue_id AND f.tenant = t.tenant
+),
+totals AS (
+    SELECT queue_id, sum(in_flight) AS in_flight, sum(busy) AS busy
+    FROM now_counted
+    GROUP BY queue_id
+),
+judged AS (
+    SELECT c.queue_id, c.tenant, c.in_flight, c.busy,
+           c.in_flight > 0 OR EXISTS (
+               SELECT 1 FROM leaseq.messages AS m
+               WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant) AS stored,
+           EXISTS (SELECT 1 FROM leaseq.messages AS m
+                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
+                     AND m.visible_at <= statement_timestamp()) AS waiting,
+           -- Sent in the last five minutes: such a message is still stored
+           -- (a noisy tenant's newest wait behind its oldest), and its
+           -- deadline is no earlier than its sending.
+           EXISTS (SELECT 1 FROM leaseq.messages AS m
+                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
+                     AND m.visible_at > statement_timestamp() - interval '5 minutes'
+                     AND m.sent_at > statement_timestamp() - interval '5 minutes') AS sending,
+           (c.in_flight >= q.least_in_flight AND c.in_flight > q.share * s.in_flight)
+           OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS above
+    FROM now_counted AS c
+    JOIN totals AS s USING (queue_id)
+    JOIN fair AS q ON q.id = c.queue_id
+),
+kept AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, busy_at, noisy, sending)
+    SELECT j.queue_id, j.tenant, j.in_flight, j.busy, statement_timestamp(),
+           j.tenant <> '' AND j.waiting AND j.sending AND j.above, j.sending
+    FROM judged AS j
+    WHERE j.stored OR j.busy >= 0.001
+    ORDER BY j.queue_id, j.tenant
+    ON CONFLICT (queue_id, tenant) DO UPDATE
+    SET in_flight = EXCLUDED.in_flight,
+        busy      = EXCLUDED.busy,
+        busy_at   = EXCLUDED.busy_at,
+        noisy     = EXCLUDED.noisy,
+        sending   = EXCLUDED.sending
+    RETURNING t.noisy
+),
+forgotten AS (
+    DELETE FROM leaseq.tenants AS t
+    USING judged AS j
+    WHERE t.queue_id = j.queue_id AND t.tenant = j.tenant
+      AND NOT j.stored AND j.busy < 0.001
+    RETURNING t.tenant
+)
+SELECT (SELECT count(*) FROM fair) AS queues,
+       (SELECT count(*) FROM kept) AS tenants,
+       (SELECT count(*) FROM kept WHERE noisy) AS noisy,
+       (SELECT count(*) FROM forgotten) AS forgotten;
+
+-- name: adopt_strays
+-- returns: SweptRow
+-- Messages of a fair queue that name no tenant, sent by a process that had
+-- not yet heard the queue became fair (or redriven from a dead-letter queue
+-- since), given the tenant '': the fair claim reaches only messages with a
+-- tenant. Every message of each fair queue is read, so this runs seldom.
+WITH adopted AS (
+    UPDATE leaseq.messages AS m
+    SET tenant = ''
+    FROM leaseq.queues AS q
+    WHERE q.fair AND m.queue_id = q.id AND m.tenant IS NULL
+    RETURNING m.id
+)
+SELECT count(*) AS swept FROM adopted;
+
+-- name: fair_queue_stats
+-- returns: FairStatsRow
+-- A fair queue's tenants as operators see them (SQS's noisy-group metrics):
+-- noisy tenants, and the quiet tenants' messages visible, in flight and the
+-- age of their oldest visible one; a message that names no tenant is quiet.
+SELECT (SELECT count(*) FROM leaseq.tenants AS t
+        WHERE t.queue_id = :queue_id AND t.noisy) AS noisy_tenants,
+       count(*) FILTER (WHERE m.visible_at <= statement_timestamp()) AS quiet_visible,
+       count(*) FILTER (WHERE m.visible_at > statement_timestamp() AND m.leased)
+           AS quiet_in_flight,
+       coalesce(extract(epoch FROM statement_timestamp()
+                          - min(m.sent_at) FILTER (
+                                WHERE m.visible_at <= statement_timestamp())), 0)
+           AS quiet_oldest_age_seconds
+FROM leaseq.messages AS m
+WHERE m.queue_id = :queue_id
+  AND m.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+  AND NOT EXISTS (SELECT 1 FROM leaseq.tenants AS t
+                  WHERE t.queue_id = m.queue_id AND t.tenant = m.tenant AND t.noisy);
+
+-- name: top_tenants
+-- returns: TenantBacklogRow
+-- A fair queue's tenants with the most messages stored, and each one's state.
+SELECT m.tenant,
+       count(*) FILTER (WHERE m.visible_at <= statement_timestamp()) AS visible,
+       count(*) FILTER (WHERE m.visible_at > statement_timestamp() AND m.leased) AS in_flight,
+       coalesce(bool_or(t.noisy), false) AS noisy
+FROM leaseq.messages AS m
+LEFT JOIN leaseq.tenants AS t ON t.queue_id = m.queue_id AND t.tenant = m.tenant
+WHERE m.queue_id = :queue_id AND m.tenant IS NOT NULL AND m.tenant <> ''
+  AND m.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+GROUP BY m.tenant
+ORDER BY count(*) DESC, m.tenant
+LIMIT :limit;
+
 -- name: queue_outlook
 -- returns: OutlookRow
 -- For waiting receivers, after a claim: whether more messages are claimable
@@ -488,7 +795,7 @@ SELECT m.id, m.message_id, left(m.body, :body_chars) AS body,
        CAST(m.attributes AS text) AS attributes, m.receive_count, m.sent_at,
        m.first_received_at, m.visible_at, CAST(m.checkpoint AS text) AS checkpoint,
        source.name AS dead_letter_source, m.fencing_token,
-       coalesce(m.group_id, m.tenant) AS "group",
+       coalesce(m.group_id, nullif(m.tenant, '')) AS "group",
        -- On the database's clock, as every deadline: a dashboard counts it down.
        CASE WHEN m.leased AND m.visible_at > statement_timestamp()
             THEN extract(epoch FROM m.visible_at - statement_timestamp()) END

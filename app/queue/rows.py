@@ -35,6 +35,10 @@ class QueueRow(TypedDict):
     kms_master_key_id: str | None
     kms_data_key_reuse_period: int
     sqs_managed_sse: bool
+    fair: bool
+    fair_in_flight_share: float
+    fair_in_flight_min: int
+    fair_processing_share: float
     created_at: datetime
     updated_at: datetime
 
@@ -178,6 +182,31 @@ class FifoSentRow(TypedDict):
 
 class SweptRow(TypedDict):
     swept: int
+
+
+class MadeFairRow(TypedDict):
+    made: bool
+
+
+class FairnessRoundRow(TypedDict):
+    queues: int
+    tenants: int
+    noisy: int
+    forgotten: int
+
+
+class FairStatsRow(TypedDict):
+    noisy_tenants: int
+    quiet_visible: int
+    quiet_in_flight: int
+    quiet_oldest_age_seconds: Decimal
+
+
+class TenantBacklogRow(TypedDict):
+    tenant: str
+    visible: int
+    in_flight: int
+    noisy: bool
 
 
 class GaugeRow(TypedDict):

@@ -94,6 +94,13 @@ def standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> 
     )
 
 
+def fair_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Outgoing:
+    """A message for a fair queue: as for a standard one, its tenant '' when it
+    names none (each such message is its own tenant, never a noisy one)."""
+    outgoing = standard_outgoing(attributes, message)
+    return outgoing if outgoing.tenant is not None else outgoing._replace(tenant="")
+
+
 def _check_group(group: str) -> None:
     if not limits.FIFO_ID.fullmatch(group):
         raise InvalidParameter(

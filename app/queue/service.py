@@ -131,6 +131,9 @@ class QueueService:
         self, name: str, messages: Sequence[OutgoingMessage]
     ) -> list[SentMessage | EntryError]:
         queue = await self.queues.find(name)
+        if (not queue.attributes.fair and not queue.attributes.fifo
+                and any(message.group_id is not None for message in messages)):
+            queue = await self.queues.make_fair(name)
         kind = queue.kind
         results, accepted, outgoing = accept(queue, messages, kind.outgoing)
         if outgoing:

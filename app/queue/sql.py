@@ -9,6 +9,8 @@ from app.queue.rows import (
     ClaimColumns,
     ClaimRow,
     DeletedRow,
+    FairnessRoundRow,
+    FairStatsRow,
     FifoClaimRow,
     FifoDeletedRow,
     FifoSentRow,
@@ -16,6 +18,7 @@ from app.queue.rows import (
     GivenBackRow,
     IdRow,
     LockedRow,
+    MadeFairRow,
     NameRow,
     NotifiedRow,
     OutlookRow,
@@ -32,6 +35,7 @@ from app.queue.rows import (
     TagsRow,
     TakenTaskRow,
     TaskIdRow,
+    TenantBacklogRow,
     VacuumStateRow,
 )
 
@@ -56,6 +60,13 @@ class Statements(Queries):
     send_messages: Query[SentRow]
     claim_messages: Query[ClaimRow]
     claim_ready_messages: Query[ClaimColumns]
+    claim_fair_messages: Query[ClaimRow]
+    delete_fair_messages: Query[DeletedRow]
+    make_fair: Query[MadeFairRow]
+    fairness_round: Query[FairnessRoundRow]
+    adopt_strays: Query[SweptRow]
+    fair_queue_stats: Query[FairStatsRow]
+    top_tenants: Query[TenantBacklogRow]
     queue_outlook: Query[OutlookRow]
     change_visibility: Query[ChangedRow]
     give_back_claims: Query[GivenBackRow]
