@@ -60,6 +60,35 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
+def _fair_families(quiet: dict[str, list[float]]) -> Iterator[Metric]:
+    """Fair queues' tenants (SQS's noisy-group metrics), from the gauges pass."""
+    families = (
+        GaugeMetricFamily(
+            "leaseq_queue_noisy_tenants",
+            "Tenants of a fair queue served after the quiet ones now "
+            "(SQS: ApproximateNumberOfNoisyGroups).", labels=["queue"],
+        ),
+        GaugeMetricFamily(
+            "leaseq_queue_quiet_visible_messages",
+            "Visible messages of a fair queue's quiet tenants "
+            "(SQS: ApproximateNumberOfMessagesVisibleInQuietGroups).", labels=["queue"],
+        ),
+        GaugeMetricFamily(
+            "leaseq_queue_quiet_in_flight_messages",
+            "Messages in flight of a fair queue's quiet tenants.", labels=["queue"],
+        ),
+        GaugeMetricFamily(
+            "leaseq_queue_quiet_oldest_visible_age_seconds",
+            "Age of the oldest visible message of a fair queue's quiet tenants "
+            "(0: none visible).", labels=["queue"],
+        ),
+    )
+    for name, values in sorted(quiet.items()):
+        for family, value in zip(families, values, strict=True):
+            family.add_metric([name], value)
+    yield from families
+
+
 class QueueGauges:
     """The queue_gauges statement's last reading, as metric families."""
 
@@ -101,6 +130,7 @@ class QueueGauges:
             labels=["queue", "dead_letter_queue"],
         )
         totals: dict[str, list[float]] = {}
+        quiet: dict[str, list[float]] = {}
         for row in self._rows:
             name = row["name"]
             counts = totals.setdefault(name, [0, 0, 0, 0.0])
@@ -110,12 +140,18 @@ class QueueGauges:
             counts[3] = max(counts[3], float(row["oldest_visible_age"] or 0))
             if row["source"] is not None:
                 dead.add_metric([row["source"], name], row["messages"])
+            if row["fair"]:
+                fair = quiet.setdefault(name, [float(row["noisy_tenants"] or 0), 0, 0, 0.0])
+                fair[1] += row["quiet_visible"]
+                fair[2] += row["quiet_in_flight"]
+                fair[3] = max(fair[3], float(row["quiet_oldest_visible_age"] or 0))
         for name, (v, f, d, age) in sorted(totals.items()):
             visible.add_metric([name], v)
             in_flight.add_metric([name], f)
             delayed.add_metric([name], d)
             oldest.add_metric([name], age)
         yield from (visible, in_flight, delayed, oldest, dead)
+        yield from _fair_families(quiet)
 
 
 class Metrics(QueueEvents):

@@ -164,11 +164,34 @@ class QueueAttributesOut(BaseModel):
     fairness: FairnessOut
 
 
+class TenantBacklogOut(BaseModel):
+    tenant: str
+    visible: int
+    in_flight: int
+    noisy: bool
+
+
+class TenantStatsOut(BaseModel):
+    """A fair queue's tenants, as SQS's noisy-group metrics count them."""
+
+    noisy_tenants: int = Field(description="ApproximateNumberOfNoisyGroups.")
+    quiet_visible: int = Field(
+        description="ApproximateNumberOfMessagesVisibleInQuietGroups: visible messages of "
+        "tenants that are not noisy (and of messages naming none)."
+    )
+    quiet_in_flight: int = Field(description="The same, in flight.")
+    quiet_oldest_age_seconds: float = Field(
+        description="Age of the oldest visible message of a quiet tenant (0: none)."
+    )
+    top: list[TenantBacklogOut] = Field(description="The tenants with the most messages.")
+
+
 class StatsOut(BaseModel):
     visible: int
     in_flight: int
     delayed: int
     oldest_age_seconds: float
+    tenants: TenantStatsOut | None = Field(default=None, description="Fair queues only.")
 
 
 class QueueOut(BaseModel):
@@ -223,7 +246,7 @@ class QueueDetail(QueueOut):
         cls, queue: Queue, stats: QueueStats, advice: LeaseAdvice | None = None
     ) -> QueueDetail:
         return cls(
-            **QueueOut.of(queue).model_dump(), stats=StatsOut(**stats.__dict__),
+            **QueueOut.of(queue).model_dump(), stats=StatsOut(**asdict(stats)),
             lease_advice=None if advice is None else LeaseAdviceOut(**asdict(advice)),
         )
 

@@ -22,7 +22,15 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits
-from app.queue.models import Fairness, Queue, QueueAttributes, QueueStats, RetryBackoff
+from app.queue.models import (
+    Fairness,
+    Queue,
+    QueueAttributes,
+    QueueStats,
+    RetryBackoff,
+    TenantBacklog,
+    TenantStats,
+)
 from app.queue.rows import GaugeRow, QueueRow
 from app.queue.sql import Q
 from app.queue.waiting import WaitHub
@@ -81,6 +89,23 @@ def _queue_from_row(row: QueueRow) -> Queue:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         dead_letter_queue_id=row["dead_letter_queue_id"],
+    )
+
+
+TOP_TENANTS = 10
+"""Tenants a fair queue's stats list by backlog."""
+
+
+async def _tenant_stats(session: Session, queue: Queue) -> TenantStats:
+    params = {"queue_id": queue.id, "retention": queue.attributes.message_retention}
+    (row,) = await session.fetch(Q.fair_queue_stats, params)
+    top = await session.fetch(Q.top_tenants, {**params, "limit": TOP_TENANTS})
+    return TenantStats(
+        noisy_tenants=row["noisy_tenants"],
+        quiet_visible=row["quiet_visible"],
+        quiet_in_flight=row["quiet_in_flight"],
+        quiet_oldest_age_seconds=float(row["quiet_oldest_age_seconds"]),
+        top=[TenantBacklog(**r) for r in top],
     )
 
 
@@ -246,11 +271,13 @@ class QueueCatalog:
                 "retention": queue.attributes.message_retention,
                 "fifo_delay": queue.attributes.delay if queue.attributes.fifo else 0,
             })
+            tenants = await _tenant_stats(session, queue) if queue.attributes.fair else None
         stats = QueueStats(
             visible=row["visible"],
             in_flight=row["in_flight"],
             delayed=row["delayed"],
             oldest_age_seconds=float(row["oldest_age_seconds"]),
+            tenants=tenants,
         )
         return queue, stats
 

@@ -82,11 +82,33 @@ class Queue:
 
 
 @dataclass(frozen=True)
+class TenantBacklog:
+    tenant: str
+    visible: int
+    in_flight: int
+    noisy: bool
+
+
+@dataclass(frozen=True)
+class TenantStats:
+    """A fair queue's tenants (SQS's ApproximateNumberOfNoisyGroups and the
+    quiet groups' counts); a message naming no tenant counts as quiet."""
+
+    noisy_tenants: int
+    quiet_visible: int
+    quiet_in_flight: int
+    quiet_oldest_age_seconds: float
+    top: list[TenantBacklog]
+    """The tenants with the most messages stored, most first."""
+
+
+@dataclass(frozen=True)
 class QueueStats:
     visible: int
     in_flight: int
     delayed: int
     oldest_age_seconds: float
+    tenants: TenantStats | None = None  # fair queues
 
 
 @dataclass(frozen=True)

@@ -1445,8 +1445,12 @@ SET message_rows       = EXCLUDED.message_rows,
 -- retention (queue_stats for all queues at once, in the same states). One row
 -- per queue and dead-letter source: `source` names the queue a dead-lettered
 -- message came from (NULL for the rest), so a dead-letter queue's depth is told
--- per source; a queue without messages has one row of zeros.
-SELECT q.name, s.name AS source,
+-- per source; a queue without messages has one row of zeros. A fair queue's
+-- rows count its quiet tenants' messages too (a message naming no tenant is
+-- quiet), and its noisy tenants.
+SELECT q.name, s.name AS source, q.fair,
+       CASE WHEN q.fair THEN (SELECT count(*) FROM leaseq.tenants AS t
+                              WHERE t.queue_id = q.id AND t.noisy) END AS noisy_tenants,
        count(m.id) AS messages,
        count(m.id) FILTER (WHERE m.visible_at <= statement_timestamp()
                              AND m.sent_at <= statement_timestamp() - fifo.delay)
@@ -1461,7 +1465,17 @@ SELECT q.name, s.name AS source,
                           - min(m.sent_at) FILTER (
                                 WHERE m.visible_at <= statement_timestamp()
                                   AND m.sent_at <= statement_timestamp() - fifo.delay))
-           AS oldest_visible_age
+           AS oldest_visible_age,
+       count(m.id) FILTER (WHERE q.fair AND noisy.tenant IS NULL
+                             AND m.visible_at <= statement_timestamp()) AS quiet_visible,
+       count(m.id) FILTER (WHERE q.fair AND noisy.tenant IS NULL
+                             AND m.visible_at > statement_timestamp() AND m.leased)
+           AS quiet_in_flight,
+       extract(epoch FROM statement_timestamp()
+                          - min(m.sent_at) FILTER (
+                                WHERE q.fair AND noisy.tenant IS NULL
+                                  AND m.visible_at <= statement_timestamp()))
+           AS quiet_oldest_visible_age
 FROM leaseq.queues AS q
 CROSS JOIN LATERAL (
     SELECT CASE WHEN q.fifo THEN q.delay ELSE 0 END * interval '1 second' AS delay
@@ -1470,4 +1484,6 @@ LEFT JOIN leaseq.messages AS m
        ON m.queue_id = q.id
       AND m.sent_at > statement_timestamp() - q.message_retention * interval '1 second'
 LEFT JOIN leaseq.queues AS s ON s.id = m.dead_letter_source_id
-GROUP BY q.name, s.name;
+LEFT JOIN leaseq.tenants AS noisy
+       ON noisy.queue_id = m.queue_id AND noisy.tenant = m.tenant AND noisy.noisy
+GROUP BY q.id, q.name, q.fair, s.name;

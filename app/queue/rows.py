@@ -217,6 +217,11 @@ class GaugeRow(TypedDict):
     in_flight: int
     delayed: int
     oldest_visible_age: Decimal | None
+    fair: bool
+    noisy_tenants: int | None
+    quiet_visible: int
+    quiet_in_flight: int
+    quiet_oldest_visible_age: Decimal | None
 
 
 class MessageColumns(TypedDict):

@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from support import make_queue, queue_id_of, receive
 
 from app.queue.fairness import adopt_strays, judge_tenants
@@ -112,6 +113,39 @@ async def test_quiet_tenants_are_served_before_a_noisy_tenants_backlog(
     # The round agrees while the burst has a backlog and most of the messages in flight.
     await _judge(client)
     assert await _noisy(db, queue_id) == {"burst"}
+
+
+async def test_operators_see_the_noisy_tenants_and_the_quiet_tenants_messages(
+    client: httpx.AsyncClient,
+) -> None:
+    queue = await make_queue(client)
+    await _send_many(client, queue, "burst", 100)
+    await _take(client, queue, 40)
+    await _send_many(client, queue, "quiet-a", 3)
+    await _send_many(client, queue, None, 1, prefix="loner")
+    await receive(client, queue, max=1, visibility_timeout=60)  # quiet-a-0
+    stats = (await client.get(f"/v1/queues/{queue}")).json()["stats"]
+    tenants = stats["tenants"]
+    assert (tenants["noisy_tenants"], tenants["quiet_visible"], tenants["quiet_in_flight"]) == (
+        1, 3, 1)
+    assert tenants["quiet_oldest_age_seconds"] > 0
+    assert tenants["top"][:2] == [
+        {"tenant": "burst", "visible": 60, "in_flight": 40, "noisy": True},
+        {"tenant": "quiet-a", "visible": 2, "in_flight": 1, "noisy": False},
+    ]
+    exposition = (await client.get("/metrics")).text
+    found = {
+        (sample.name, sample.labels.get("queue")): sample.value
+        for family in text_string_to_metric_families(exposition) for sample in family.samples
+    }
+    assert found[("leaseq_queue_noisy_tenants", queue)] == 1
+    assert found[("leaseq_queue_quiet_visible_messages", queue)] == 3
+    assert found[("leaseq_queue_quiet_in_flight_messages", queue)] == 1
+    assert found[("leaseq_queue_quiet_oldest_visible_age_seconds", queue)] > 0
+    # A queue that is not fair has no tenants to tell of.
+    plain = await make_queue(client, "plain")
+    assert (await client.get(f"/v1/queues/{plain}")).json()["stats"]["tenants"] is None
+    assert ("leaseq_queue_noisy_tenants", plain) not in found
 
 
 async def test_a_noisy_tenant_still_drains_and_is_quiet_once_its_backlog_is_gone(

@@ -198,6 +198,42 @@ async def test_the_queue_page_peeks_counts_down_edits_sends_and_asks_before_purg
         await expect(stat(page, "visible")).to_have_text("0", timeout=WAIT_MS)
 
 
+async def test_a_fair_queues_page_shows_its_tenants_and_each_messages_group(
+    serve_factory: ServeApp, page: Any
+) -> None:
+    base, _ = await serve_factory()
+    async with await api(base) as client:
+        await client.post("/v1/queues", json={"name": "shared"})
+        burst = [{"body": f"big {n}", "group": "big-customer"} for n in range(40)]
+        response = await client.post("/v1/queues/shared/messages", json={"messages": burst})
+        assert response.status_code == 200, response.text
+        for _ in range(4):  # 40 in flight: the big customer is noisy
+            await client.get("/v1/queues/shared/receive",
+                             params={"max": 10, "visibility_timeout": 300})
+        await client.post("/v1/queues/shared/messages",
+                          json={"body": "small", "group": "small-customer"})
+
+        await page.goto(f"{base}/ui/queues/shared")
+        tenants = page.locator("#tenants")
+        await expect(tenants.locator('[data-field="noisy_tenants"]')).to_have_text(
+            "1", timeout=WAIT_MS)
+        await expect(tenants.locator('[data-field="quiet_visible"]')).to_have_text("1")
+        big = page.locator('#top-tenants tr[data-tenant="big-customer"]')
+        await expect(big).to_contain_text("noisy")
+        await expect(page.locator("h1 .badge")).to_have_text("Fair")
+        # The peek shows each message's group; the test message may name one.
+        await expect(page.locator('#peek [data-field="group"]').first).to_have_text(
+            "big-customer", timeout=WAIT_MS)
+        await page.fill("#test-body", "from the browser")
+        await page.fill("#test-group", "browser-tenant")
+        await page.click("#send-test")
+        await expect(page.locator("#flash")).to_contain_text("Sent message", timeout=WAIT_MS)
+        peeked = (await client.get("/v1/queues/shared/messages")).json()["messages"]
+        assert ("from the browser", "browser-tenant") in [
+            (m["body"], m["group"]) for m in peeked]
+        await shot(page, "fair-queue")
+
+
 def _seconds(text: str) -> float:
     return float(text.split()[0])
 

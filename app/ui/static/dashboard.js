@@ -292,6 +292,24 @@ import {
         h('th', { class: 'num' }, 'Lease left'), h('th', {}, 'Sent'))), body));
   }
 
+  // A fair queue's tenants: who is noisy, and how the quiet ones' messages fare.
+  function tenantsView(t) {
+    const row = (label, field, value) => h('div', {}, h('dt', {}, label), h('dd', { 'data-field': field }, value));
+    return h('section', {},
+      h('h2', {}, 'Tenants'),
+      h('dl', { class: 'stats' },
+        row('Noisy tenants', 'noisy_tenants', t.noisy_tenants),
+        row('Quiet visible', 'quiet_visible', t.quiet_visible),
+        row('Quiet in flight', 'quiet_in_flight', t.quiet_in_flight),
+        row('Quiet oldest', 'quiet_oldest', age(t.quiet_oldest_age_seconds))),
+      h('table', { id: 'top-tenants' }, h('thead', {}, h('tr', {},
+        h('th', {}, 'Tenant'), h('th', { class: 'num' }, 'Visible'),
+        h('th', { class: 'num' }, 'In flight'), h('th', {}, 'State'))),
+      h('tbody', {}, ...t.top.map((x) => h('tr', { 'data-tenant': x.tenant },
+        h('td', {}, x.tenant), h('td', { class: 'num' }, x.visible),
+        h('td', { class: 'num' }, x.in_flight), h('td', {}, x.noisy ? 'noisy' : 'quiet'))))));
+  }
+
   async function queuePage(name) {
     const queue = await api('GET', `/v1/queues/${q(name)}`);
     const sources = (await api('GET', `/v1/queues/${q(name)}/dead-letter-sources`)).queues;
@@ -300,6 +318,7 @@ import {
       stat('Visible', 'visible'), stat('In flight', 'in_flight'), stat('Delayed', 'delayed'),
       stat('Oldest visible', 'oldest'));
     const advice = h('div', {}, adviceView(queue.lease_advice));
+    const tenants = h('div', { id: 'tenants' });
     const related = h('p', { class: 'muted', id: 'related' });
     const showRelated = (attrs) => {
       related.replaceChildren(...present(
@@ -321,8 +340,9 @@ import {
     });
     app.replaceChildren(
       h('p', {}, h('a', { href: '/ui' }, '← Queues')),
-      h('h1', {}, name, attributes.fifo ? h('span', { class: 'badge' }, 'FIFO') : null),
-      related, stats,
+      h('h1', {}, name, attributes.fifo ? h('span', { class: 'badge' }, 'FIFO') : null,
+        attributes.fair ? h('span', { class: 'badge' }, 'Fair') : null),
+      related, stats, tenants,
       h('h2', {}, 'Lease advice'), h('section', { class: 'panel' }, advice),
       h('h2', {}, 'Attributes'), h('section', { class: 'panel' }, attributesForm(name, attributes, showRelated)),
       h('h2', {}, 'Send a test message'), h('section', { class: 'panel' }, sendForm(name, attributes.fifo)),
@@ -335,6 +355,7 @@ import {
       setField(stats, 'in_flight', s.in_flight);
       setField(stats, 'delayed', s.delayed);
       setField(stats, 'oldest', age(s.oldest_age_seconds));
+      tenants.replaceChildren(...present(s.tenants ? tenantsView(s.tenants) : null));
       advice.replaceChildren(adviceView(current.lease_advice));
     }
     show(queue);
