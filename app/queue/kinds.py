@@ -1,4 +1,4 @@
-"""The two kinds of queue, standard and FIFO, each with its own statements and
+"""The kinds of queue, standard, fair and FIFO, each with its own statements and
 rules. A queue's kind is chosen once, when the queue is read (`Queue.kind`);
 the engine then asks its queue's kind and never branches on FIFO.
 
