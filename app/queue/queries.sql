@@ -356,9 +356,10 @@ RETURNING
 -- claimable messages, and they are taken quiet tenants first, oldest first
 -- across them, then noisy tenants, the one with the fewest in flight first.
 -- No tenant's backlog is walked past: a noisy tenant's thousands of messages
--- cost this statement :max index entries. The candidates are locked in that
--- order with SKIP LOCKED as claim_messages locks its own, from a list a
--- little longer than the claim so that rows another claim holds are passed.
+-- cost this statement a receive's count of index entries. The candidates are
+-- locked in that order with SKIP LOCKED as claim_messages locks its own, from
+-- a list a little longer than the claim so that rows another claim holds are
+-- passed.
 -- The same statement counts the claimed and acknowledged messages into their
 -- tenants' rows (in tenant order, as every writer of them does, so that two
 -- statements never wait on each other's rows) with the processing time of
@@ -402,18 +403,19 @@ heads AS (
     ) AS h
     WHERE s.tenant IS NOT NULL
 ),
-ranked AS (
-    SELECT h.id,
-           row_number() OVER (ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END,
-                                       h.visible_at, h.id) AS place
-    FROM heads AS h
-),
 candidates AS (
+    -- The ranked ids as an array, each then found by its primary key: a join
+    -- would be planned from the estimate of `heads` (tenants times a
+    -- receive's count), which can make it read the whole table instead.
     SELECT c.id, c.receive_count, c.leased AS lapsed
-    FROM ranked AS r
+    FROM unnest(ARRAY(
+             SELECT h.id
+             FROM heads AS h
+             ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END, h.visible_at, h.id
+             LIMIT 2 * CAST(:max AS integer) + 10))
+         WITH ORDINALITY AS r(id, place)
     JOIN leaseq.messages AS c ON c.id = r.id
-    WHERE r.place <= 2 * CAST(:max AS integer) + 10
-      AND c.queue_id = :queue_id
+    WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
       AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
@@ -439,17 +441,13 @@ claimed AS (
         {{received_columns}},
         c.lapsed
 ),
-moved AS (
-    SELECT tenant, count(*) AS claimed, 0 AS settled, 0 AS held FROM claimed
-    WHERE tenant IS NOT NULL GROUP BY tenant
-    UNION ALL
-    SELECT tenant, 0, count(*), coalesce(sum(held), 0) FROM acked
-    WHERE tenant IS NOT NULL GROUP BY tenant
-),
 counts AS (
-    SELECT tenant, sum(claimed) - sum(settled) AS change, sum(held) AS held
-    FROM moved
-    GROUP BY tenant
+    SELECT m.tenant, sum(m.change) AS change, coalesce(sum(m.held), 0) AS held
+    FROM (SELECT tenant, 1 AS change, NULL::double precision AS held FROM claimed
+          UNION ALL
+          SELECT tenant, -1, held FROM acked) AS m
+    WHERE m.tenant IS NOT NULL
+    GROUP BY m.tenant
 ),
 counted AS (
     INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy)
@@ -485,6 +483,7 @@ t.busy * exp(-least(extract(epoch FROM statement_timestamp() - t.busy_at), 3600)
 
 -- name: delete_fair_messages
 -- returns: DeletedRow
+-- plan: cached (rows by primary key, an upsert by primary key)
 -- delete_messages on a fair queue: the acknowledged messages counted out of
 -- their tenants' messages in flight, and their processing time added, in
 -- tenant order as every writer of those rows.
@@ -535,10 +534,12 @@ WITH fair AS (
     WHERE fair
 ),
 flight AS (
+    -- The leased range of each fair queue's messages_claim: no backlog is read,
+    -- and nothing at all while no queue is fair.
     SELECT m.queue_id, m.tenant, count(*) AS n
-    FROM fair AS q
-    JOIN leaseq.messages AS m ON m.queue_id = q.id
-    WHERE m.visible_at > statement_timestamp() AND m.leased AND m.tenant IS NOT NULL
+    FROM leaseq.messages AS m
+    WHERE m.queue_id = ANY (ARRAY(SELECT id FROM fair))
+      AND m.visible_at > statement_timestamp() AND m.leased AND m.tenant IS NOT NULL
     GROUP BY m.queue_id, m.tenant
 ),
 known AS (
@@ -598,10 +599,15 @@ kept AS (
     RETURNING t.noisy
 ),
 forgotten AS (
+    -- Rows a claim or acknowledgement holds now are left for the next round:
+    -- this statement waits only in tenant order, as the others do.
     DELETE FROM leaseq.tenants AS t
-    USING judged AS j
-    WHERE t.queue_id = j.queue_id AND t.tenant = j.tenant
-      AND NOT j.stored AND j.busy < 0.001
+    WHERE (t.queue_id, t.tenant) IN (
+        SELECT f.queue_id, f.tenant
+        FROM leaseq.tenants AS f
+        JOIN judged AS j ON j.queue_id = f.queue_id AND j.tenant = f.tenant
+        WHERE NOT j.stored AND j.busy < 0.001
+        FOR UPDATE OF f SKIP LOCKED)
     RETURNING t.tenant
 )
 SELECT (SELECT count(*) FROM fair) AS queues,
@@ -618,8 +624,8 @@ SELECT (SELECT count(*) FROM fair) AS queues,
 WITH adopted AS (
     UPDATE leaseq.messages AS m
     SET tenant = ''
-    FROM leaseq.queues AS q
-    WHERE q.fair AND m.queue_id = q.id AND m.tenant IS NULL
+    WHERE m.queue_id = ANY (ARRAY(SELECT q.id FROM leaseq.queues AS q WHERE q.fair))
+      AND m.tenant IS NULL
     RETURNING m.id
 )
 SELECT count(*) AS swept FROM adopted;

@@ -3,9 +3,11 @@ uses its index."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -110,9 +112,57 @@ def test_only_statements_whose_plan_cannot_turn_bad_keep_cached_plans() -> None:
                       "give_back_claims", "notify_ready",
                       "send_fifo_messages", "delete_fifo_messages", "change_fifo_visibility",
                       "give_back_fifo_claims", "replay_receive_attempt",
-                      "record_receive_attempt"}
+                      "record_receive_attempt", "delete_fair_messages"}
     assert not Q.claim_messages.cached_plan and not Q.queue_outlook.cached_plan
     assert not Q.claim_fifo_messages.cached_plan and not Q.fifo_outlook.cached_plan
+    assert not Q.claim_fair_messages.cached_plan
+
+
+async def test_the_fair_claim_reads_no_backlog_it_does_not_take(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """On a fair queue with a noisy tenant's 19,800 messages waiting, a claim
+    reads each tenant's head through messages_tenant_claim and its candidates by
+    primary key: no sequential scan of the messages."""
+    await make_queue(client, "shared")
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'shared'")
+    await db.execute("SELECT leaseq.make_fair($1)", queue_id)
+    await db.execute(
+        "INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
+        "SELECT $1, 'x', CASE WHEN g % 100 = 0 THEN 'quiet-' || (g % 2000) ELSE 'burst' END, "
+        "now() - interval '1 minute' + g * interval '1 millisecond' "
+        "FROM generate_series(1, 20000) g", queue_id)
+    await db.execute("INSERT INTO leaseq.tenants (queue_id, tenant, in_flight, noisy) "
+                     "VALUES ($1, 'burst', 160, true)", queue_id)
+    await db.execute("VACUUM ANALYZE leaseq.messages")
+    sql, args = positional("claim_fair_messages", {
+        "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
+        "dead_letter_queue_id": None, "max_receive_count": None,
+        "ack_ids": [], "ack_tokens": [], "in_flight_min": 30, "in_flight_share": 0.1,
+    })
+    tx = db.transaction()
+    await tx.start()
+    try:
+        plan = json.loads(await db.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args))
+    finally:
+        await tx.rollback()
+    assert "messages" not in _seq_scans(plan[0]["Plan"]).split()
+    tx = db.transaction()
+    await tx.start()
+    try:
+        claimed = await db.fetch(sql, *args)
+    finally:
+        await tx.rollback()
+    # The quiet tenants' ten oldest, though 9,900 of the burst's are older.
+    assert [row["tenant"] for row in claimed] == [f"quiet-{n}" for n in range(100, 1100, 100)]
+
+
+def _seq_scans(node: dict[str, Any]) -> str:
+    """The relations the plan reads by sequential scan, as text."""
+    found = [node.get("Relation Name", "")] if node.get("Node Type") == "Seq Scan" else []
+    for child in node.get("Plans", []):
+        found.append(_seq_scans(child))
+    return " ".join(found)
 
 
 async def test_the_two_pools_plan_as_their_statements_need(client: httpx.AsyncClient) -> None:

@@ -107,6 +107,29 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert 0 < report["rss_idle_mb"] <= report["rss_peak_mb"]
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason="runs on its own embedded server whatever DATABASE_URL says",
+)
+def test_quick_fair_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
+    output = tmp_path / "fair.json"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.fair", "--quick", "--output", str(output)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(output.read_text())
+    assert report["burst"] == 2_000
+    rows = report["rows"]
+    assert list(rows) == ["steady", "burst", "ungrouped burst"]
+    for row in rows.values():
+        assert (row["lost"], row["duplicated"]) == (0, 0), row
+        assert row["quiet_messages"] > 0 and row["messages_per_second"] > 0, row
+    assert any(line.startswith("fair queues: 20 quiet tenants") for line in
+               run.stdout.splitlines())
+
+
 def test_heartbeat_capacity_runs_the_engines_statement() -> None:
     """bench/heartbeat_capacity.py's raw side is change_visibility of queries.sql."""
     module = ast.parse((ROOT / "bench" / "heartbeat_capacity.py").read_text())
