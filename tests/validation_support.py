@@ -34,6 +34,8 @@ DEFAULTS = {
     "content_based_deduplication": False,
     "deduplication_scope": "queue",
     "fifo_throughput_limit": "per_queue",
+    "fair": False,
+    "fairness": {"in_flight_share": 0.1, "in_flight_min": 30, "processing_share": 0.1},
 }
 B64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
 

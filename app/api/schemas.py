@@ -107,6 +107,12 @@ class QueueAttributesIn(Strict):
         default=None,
         description="FIFO: stored and returned as SQS has it; leaseq sets no throughput limit.",
     )
+    fair: bool | None = Field(
+        default=None, strict=True,
+        description="Standard queues: serve quiet tenants first (fair queues). Becomes true "
+        "with the first message naming a tenant (`group`), or when set; a fair queue stays "
+        "fair.",
+    )
     fairness: FairnessIn | None = Field(
         default=None,
         description="Standard queues: the thresholds of a noisy tenant (fair queues).",

@@ -60,6 +60,18 @@ def _check_backoff(backoff: RetryBackoff) -> None:
             )
 
 
+def _fair(current: QueueAttributes | None, fifo: bool, fair: bool) -> bool:
+    """`fair` as given: true makes a standard queue fair before its first
+    message naming a tenant would; a fair queue stays fair."""
+    if fair and fifo:
+        raise InvalidParameter("fair is for standard queues: a FIFO queue has its own groups.")
+    if not fair and current is not None and current.fair:
+        raise InvalidParameter(
+            "A fair queue stays fair: fair became true with its first message naming a tenant."
+        )
+    return fair or (current is not None and current.fair)
+
+
 def _check_fairness(fairness: Fairness) -> None:
     for field_name, share in (
         ("in_flight_share", fairness.in_flight_share),
@@ -80,7 +92,8 @@ def _check_fairness(fairness: Fairness) -> None:
 def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttributes:
     """The attributes after `changes`, checked; `current` None means a new queue."""
     unknown = (
-        set(changes) - set(NUMERIC) - set(REMOVABLE) - set(FIFO_ONLY) - {"fifo", "fairness"}
+        set(changes) - set(NUMERIC) - set(REMOVABLE) - set(FIFO_ONLY)
+        - {"fifo", "fair", "fairness"}
     )
     if unknown:
         raise InvalidParameter(f"unknown queue attributes: {', '.join(sorted(unknown))}")
@@ -127,6 +140,8 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
         # Judged on the attributes as they are after the change; a change of
         # neither leaves a queue stored before this rule as it was.
         raise InvalidParameter(THROUGHPUT_NEEDS_GROUP_SCOPE)
+    if changes.get("fair") is not None:
+        merged = replace(merged, fair=_fair(current, fifo, bool(changes["fair"])))
     fairness = changes.get("fairness")
     if fairness is not None:
         if fifo and fairness != DEFAULT.fairness:

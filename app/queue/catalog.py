@@ -204,9 +204,12 @@ class QueueCatalog:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
             if not queue.attributes.fair and not queue.attributes.fifo:
-                await session.fetch(Q.make_fair, {"queue_id": queue.id})
-                queue = await self.lookup(session, name)
+                queue = await self._make_fair_in(session, queue)
         return queue
+
+    async def _make_fair_in(self, session: Session, queue: Queue) -> Queue:
+        await session.fetch(Q.make_fair, {"queue_id": queue.id})
+        return await self.lookup(session, queue.name)
 
     def cached(self, name: str) -> Queue | None:
         entry = self._queue_cache.get(name)
@@ -252,7 +255,10 @@ class QueueCatalog:
                 Q.create_queue, {"name": name, "tags": json.dumps(tags or {}), **values}
             )
             if row is not None:
-                return _queue_from_row(row), True
+                created = _queue_from_row(row)
+                if wanted.fair:
+                    created = await self._make_fair_in(session, created)
+                return created, True
             existing = await self.lookup(session, name)
         if given_only:
             wanted = _merge(existing.attributes, changes)
@@ -310,6 +316,10 @@ class QueueCatalog:
             wanted = _merge(current.attributes, edit(current.attributes))
             values = await _sql_values(session, name, wanted)
             (row,) = await session.fetch(Q.update_queue, {"id": current.id, **values})
+            if wanted.fair and not current.attributes.fair:
+                await session.fetch(Q.make_fair, {"queue_id": current.id})
+                row = await session.fetchrow(Q.get_queue, {"name": name})
+                assert row is not None  # locked above
             if wanted.delay < current.attributes.delay:
                 # A FIFO queue's delay counts from each message's sending: a
                 # shorter one may make its groups claimable sooner.

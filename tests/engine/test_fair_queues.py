@@ -320,3 +320,27 @@ async def test_the_thresholds_are_queue_attributes(client: httpx.AsyncClient) ->
         "name": "ordered.fifo", "fifo": True, "fairness": {"in_flight_min": 5}})
     assert response.status_code == 422, response.text
     assert "fairness is for standard queues" in response.json()["detail"]
+
+
+async def test_a_queue_may_be_made_fair_before_its_first_tenant_and_stays_fair(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    queue = await make_queue(client)
+    await _send_many(client, queue, None, 2, prefix="early")
+    response = await client.patch(f"/v1/queues/{queue}", json={"fair": True})
+    assert response.status_code == 200, response.text
+    assert response.json()["attributes"]["fair"] is True
+    tenants = await db.fetch(
+        "SELECT tenant FROM leaseq.messages WHERE queue_id = $1", await queue_id_of(client, queue))
+    assert [row["tenant"] for row in tenants] == ["", ""]
+    response = await client.patch(f"/v1/queues/{queue}", json={"fair": False})
+    assert response.status_code == 422, response.text
+    assert "stays fair" in response.json()["detail"]
+    created = await client.post("/v1/queues", json={"name": "born-fair", "fair": True})
+    assert created.status_code == 201 and created.json()["attributes"]["fair"] is True
+    refused = await client.post("/v1/queues", json={"name": "f.fifo", "fifo": True, "fair": True})
+    assert refused.status_code == 422, refused.text
+    # Given back as it reads, an attribute set is no change.
+    again = await client.post("/v1/queues", json={
+        "name": "born-fair", **created.json()["attributes"]})
+    assert again.status_code == 200, again.text

@@ -204,8 +204,10 @@ async def test_what_a_fifo_send_refuses(client: httpx.AsyncClient) -> None:
 
 async def test_a_standard_queue_refuses_fifo_fields(client: httpx.AsyncClient) -> None:
     queue = await make_queue(client, "plain")
+    # A group names the message's tenant there (fair queues); a deduplication id
+    # is FIFO's alone.
     sent = await client.post(
-        f"/v1/queues/{queue}/messages", json={"body": "x", "group": "G"}
+        f"/v1/queues/{queue}/messages", json={"body": "x", "deduplication_id": "d"}
     )
     assert sent.status_code == 422, sent.text
     patched = await client.patch(

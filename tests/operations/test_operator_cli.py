@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -80,7 +81,18 @@ class Terminal:
             raise AssertionError(f"{exc}; the terminal shows {self.output[-600:]!r}") from None
 
     def finish(self, timeout: float = 30) -> int:
-        code = self.proc.wait(timeout=timeout)
+        """Its exit code, reading what it writes meanwhile: a command blocked
+        writing to a full terminal would never end. Killed if it does not."""
+        deadline = time.monotonic() + timeout
+        while (code := self.proc.poll()) is None:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                os.close(self.master)
+                raise AssertionError(
+                    f"still running after {timeout} s; the terminal shows "
+                    f"{self.output[-600:]!r}")
+            self.read()
         self.read()
         os.close(self.master)
         return code

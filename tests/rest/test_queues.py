@@ -27,7 +27,8 @@ async def test_stats_are_counted_live(client: httpx.AsyncClient) -> None:
 async def test_stats_of_an_empty_queue(client: httpx.AsyncClient) -> None:
     queue = await make_queue(client)
     stats = (await client.get(f"/v1/queues/{queue}")).json()["stats"]
-    assert stats == {"visible": 0, "in_flight": 0, "delayed": 0, "oldest_age_seconds": 0.0}
+    assert stats == {"visible": 0, "in_flight": 0, "delayed": 0, "oldest_age_seconds": 0.0,
+                     "tenants": None}
 
 
 async def test_patch_changes_attributes_for_later_operations(client: httpx.AsyncClient) -> None:
