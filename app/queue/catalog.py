@@ -316,17 +316,16 @@ class QueueCatalog:
             wanted = _merge(current.attributes, edit(current.attributes))
             values = await _sql_values(session, name, wanted)
             (row,) = await session.fetch(Q.update_queue, {"id": current.id, **values})
+            updated = _queue_from_row(row)
             if wanted.fair and not current.attributes.fair:
-                await session.fetch(Q.make_fair, {"queue_id": current.id})
-                row = await session.fetchrow(Q.get_queue, {"name": name})
-                assert row is not None  # locked above
+                updated = await self._make_fair_in(session, updated)
             if wanted.delay < current.attributes.delay:
                 # A FIFO queue's delay counts from each message's sending: a
                 # shorter one may make its groups claimable sooner.
                 for statement in current.kind.free_groups:
                     await session.execute(statement, {"queue_id": current.id, "ids": None})
             await _announce_change(session, current.id)
-            return _queue_from_row(row)
+            return updated
 
     async def dead_letter_sources(self, name: str) -> list[str]:
         """Queues that name this one as their dead-letter queue."""

@@ -13,7 +13,7 @@ deduplicates and numbers its messages (docs/fifo.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.db.connector import Connector
@@ -103,22 +103,12 @@ STANDARD = QueueKind(
     remembers_attempts=False,
 )
 
-FAIR = QueueKind(
+FAIR = replace(
+    STANDARD,
     name="fair",
-    send=STANDARD.send,
-    send_key=STANDARD.send_key,
     outgoing=fair_outgoing,
-    send_notice=STANDARD.send_notice,
-    sent=_sent,
     claim=grouped.CLAIM_FAIR,
     delete=grouped.DELETE_FAIR,
-    change=STANDARD.change,
-    give_back=STANDARD.give_back,
-    free_groups=(),
-    outlook=STANDARD.outlook,
-    received_fields=STANDARD.received_fields,
-    acks_ride_claims=True,
-    remembers_attempts=False,
 )
 """A standard queue whose messages name tenants (`fair`, set by the first such
 message): its claims take quiet tenants' messages first, and its claims and
