@@ -178,6 +178,11 @@ def merge(current: QueueAttributes | None, changes: dict[str, Any]) -> QueueAttr
     return merged
 
 
+REDRIVE_NOT_ALLOWED = "The dead-letter queue's redrive allow policy does not allow this queue."
+"""A queue naming a dead-letter queue whose allowed sources leave it out (SQS's
+RedriveAllowPolicy; the SQS door answers it in SQS's shape)."""
+
+
 async def sql_values(
     session: Session, queue_name: str, attributes: QueueAttributes
 ) -> dict[str, Any]:
@@ -203,6 +208,9 @@ async def sql_values(
                 "A dead-letter queue must be of the same type as its source: a FIFO "
                 "queue's a FIFO queue, a standard queue's a standard one."
             )
+        sources = target["redrive_sources"]
+        if sources is not None and queue_name not in sources:
+            raise InvalidRedrivePolicy(REDRIVE_NOT_ALLOWED)
         dead_letter_queue_id = target["id"]
     backoff = attributes.retry_backoff
     return {

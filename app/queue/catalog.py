@@ -38,9 +38,13 @@ from app.queue.waiting import WaitHub
 QUEUE_CACHE_LISTENING = 60.0
 """Seconds a cached queue lives while changes are announced (a safety net only)."""
 
-SQS_SETTINGS = ("policy", "kms_master_key_id", "kms_data_key_reuse_period", "sqs_managed_sse")
-"""The SQS door's settings: stored and returned, applied to nothing, so they are
-kept here rather than among the rules of attributes.py."""
+SQS_SETTINGS = (
+    "policy", "kms_master_key_id", "kms_data_key_reuse_period", "sqs_managed_sse",
+    "redrive_allow_policy", "redrive_sources",
+)
+"""The SQS door's settings: stored and returned, kept here rather than among
+the rules of attributes.py (the allowed redrive sources are enforced there, on
+the queue that names this one as its dead-letter queue)."""
 KMS_DATA_KEY_REUSE_PERIOD = (60, 86400)
 """Seconds SQS may reuse a KMS data key: its bounds (the column's CHECK)."""
 
@@ -79,6 +83,9 @@ def _queue_from_row(row: QueueRow) -> Queue:
             kms_master_key_id=row["kms_master_key_id"],
             kms_data_key_reuse_period=row["kms_data_key_reuse_period"],
             sqs_managed_sse=row["sqs_managed_sse"],
+            redrive_allow_policy=row["redrive_allow_policy"],
+            redrive_sources=None if row["redrive_sources"] is None
+            else tuple(row["redrive_sources"]),
             fair=row["fair"],
             fairness=Fairness(
                 in_flight_share=row["fair_in_flight_share"],
@@ -131,7 +138,10 @@ async def _sql_values(
     session: Session, name: str, wanted: QueueAttributes
 ) -> dict[str, Any]:
     values = await attributes.sql_values(session, name, wanted)
-    return {**values, **{k: getattr(wanted, k) for k in SQS_SETTINGS}}
+    settings = {k: getattr(wanted, k) for k in SQS_SETTINGS}
+    if wanted.redrive_sources is not None:
+        settings["redrive_sources"] = list(wanted.redrive_sources)
+    return {**values, **settings}
 
 
 def _differing(current: QueueAttributes, wanted: QueueAttributes) -> tuple[str, ...]:

@@ -61,6 +61,11 @@ class QueueAttributes:
     kms_master_key_id: str | None = None
     kms_data_key_reuse_period: int = 300
     sqs_managed_sse: bool = True
+    # SQS's RedriveAllowPolicy, its text as given, and what the engine enforces
+    # of it: the queues that may name this one as their dead-letter queue (None:
+    # any queue; empty: none).
+    redrive_allow_policy: str | None = None
+    redrive_sources: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

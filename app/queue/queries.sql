@@ -23,6 +23,7 @@ q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
 q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
 q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
 q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
+q.redrive_allow_policy, q.redrive_sources,
 q.fair, q.fair_in_flight_share, q.fair_in_flight_min, q.fair_processing_share,
 q.created_at, q.updated_at
 
@@ -35,15 +36,16 @@ WITH created AS (
                         retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
                         fifo, content_based_deduplication, deduplication_scope,
                         fifo_throughput_limit, policy, kms_master_key_id,
-                        kms_data_key_reuse_period, sqs_managed_sse, fair_in_flight_share,
-                        fair_in_flight_min, fair_processing_share)
+                        kms_data_key_reuse_period, sqs_managed_sse, redrive_allow_policy,
+                        redrive_sources, fair_in_flight_share, fair_in_flight_min,
+                        fair_processing_share)
     VALUES (:name, :visibility_timeout, :message_retention, :delay, :receive_wait,
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
             :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
             CAST(:tags AS jsonb), :fifo, :content_based_deduplication, :deduplication_scope,
             :fifo_throughput_limit, :policy, :kms_master_key_id, :kms_data_key_reuse_period,
-            :sqs_managed_sse, :fair_in_flight_share, :fair_in_flight_min,
-            :fair_processing_share)
+            :sqs_managed_sse, :redrive_allow_policy, :redrive_sources, :fair_in_flight_share,
+            :fair_in_flight_min, :fair_processing_share)
     ON CONFLICT (name) DO NOTHING
     RETURNING *
 )
@@ -73,9 +75,10 @@ FOR UPDATE OF q;
 
 -- name: queue_id_by_name
 -- returns: QueueIdRow
--- A queue's id and type, to resolve a dead-letter queue named in a redrive
--- policy; FOR SHARE keeps it from being deleted before the policy is committed.
-SELECT id, fifo FROM leaseq.queues WHERE name = :name FOR SHARE;
+-- A queue's id, type and allowed sources, to resolve a dead-letter queue named
+-- in a redrive policy; FOR SHARE keeps it from being deleted, or its allowed
+-- sources changed, before the policy is committed.
+SELECT id, fifo, redrive_sources FROM leaseq.queues WHERE name = :name FOR SHARE;
 
 -- name: list_queues
 -- returns: QueueRow
@@ -111,6 +114,8 @@ WITH updated AS (
         kms_master_key_id    = :kms_master_key_id,
         kms_data_key_reuse_period = :kms_data_key_reuse_period,
         sqs_managed_sse      = :sqs_managed_sse,
+        redrive_allow_policy = :redrive_allow_policy,
+        redrive_sources      = :redrive_sources,
         fair_in_flight_share = :fair_in_flight_share,
         fair_in_flight_min   = :fair_in_flight_min,
         fair_processing_share = :fair_processing_share,

@@ -35,6 +35,8 @@ class QueueRow(TypedDict):
     kms_master_key_id: str | None
     kms_data_key_reuse_period: int
     sqs_managed_sse: bool
+    redrive_allow_policy: str | None
+    redrive_sources: list[str] | None
     fair: bool
     fair_in_flight_share: float
     fair_in_flight_min: int
@@ -46,6 +48,7 @@ class QueueRow(TypedDict):
 class QueueIdRow(TypedDict):
     id: int
     fifo: bool
+    redrive_sources: list[str] | None
 
 
 class NameRow(TypedDict):

@@ -10,7 +10,7 @@ from typing import Any
 from app.auth.access import dead_letter_queues
 from app.errors import InvalidRedrivePolicy, QueueError
 from app.queue import limits
-from app.queue.attributes import THROUGHPUT_NEEDS_GROUP_SCOPE
+from app.queue.attributes import REDRIVE_NOT_ALLOWED, THROUGHPUT_NEEDS_GROUP_SCOPE
 from app.queue.catalog import KMS_DATA_KEY_REUSE_PERIOD
 from app.queue.models import Queue, QueueStats
 from app.sqs.context import (
@@ -58,20 +58,22 @@ SETTINGS = {
     "SqsManagedSseEnabled": "sqs_managed_sse",
 }
 ALL_QUEUE_ATTRIBUTES = (
-    *READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ATTRIBUTES, *SETTINGS,
+    *READ_ONLY, *QUEUE_NUMBERS, "RedrivePolicy", "RedriveAllowPolicy", *FIFO_ATTRIBUTES,
+    *SETTINGS,
 )
-# Named by SQS, not supported here: never set; a Get leaves them out (as unset).
-NOT_SUPPORTED = ("RedriveAllowPolicy",)
 # The engine's attributes behind each SQS one, to name the one a CreateQueue
 # differs in.
 ENGINE_NAMES = {
     **{sqs: (ours,) for sqs, ours in (*QUEUE_NUMBERS.items(), *FIFO_ONLY.items(),
                                       *SETTINGS.items())},
     "RedrivePolicy": ("dead_letter_queue", "max_receive_count"),
+    "RedriveAllowPolicy": ("redrive_allow_policy", "redrive_sources"),
 }
 KMS_KEY_ID_CHARS = 2048  # KMS's longest key id, ARN or alias
 POLICY_BYTES = 8192  # SQS's quota on a queue policy
 POLICY_STATEMENTS = 20  # and on its statements
+REDRIVE_PERMISSIONS = ("allowAll", "denyAll", "byQueue")
+REDRIVE_SOURCE_ARNS = 10  # SQS's most source queues in a byQueue policy
 TWO_ENCRYPTIONS = (
     "You can use one type of server-side encryption (SSE) at one time. You can either "
     "enable KMS SSE or SQS SSE."
@@ -121,13 +123,11 @@ def queue_changes(
         elif name == "RedrivePolicy":
             changes.update(_redrive_policy(ctx, value, fifo=fifo))
         elif name == "FifoQueue":
-            wanted = _boolean(name, value)
             if not fifo:
-                if not wanted:
-                    continue  # what a standard queue is (SQS refuses even this)
-                # SQS: a standard queue has no such attribute, and no queue
-                # changes its type.
+                # SQS: a standard queue has no such attribute, not even "false",
+                # and no queue changes its type.
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            wanted = _boolean(name, value)
             if not wanted:
                 raise SqsError(
                     "InvalidAttributeValue",
@@ -146,10 +146,8 @@ def queue_changes(
             changes[FIFO_ONLY[name]] = _fifo_only(name, value)
         elif name in SETTINGS:
             changes[SETTINGS[name]] = _setting(name, value)
-        elif name in NOT_SUPPORTED:
-            raise SqsError(
-                "InvalidAttributeName", f"The attribute {name} is not supported by leaseq yet."
-            )
+        elif name == "RedriveAllowPolicy":
+            changes.update(_redrive_allow_policy(ctx, value))
         else:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
     _one_encryption(changes)
@@ -208,6 +206,56 @@ def check_policy(text: str) -> None:
         )
 
 
+def _redrive_allow_policy(ctx: Context, value: str) -> dict[str, Any]:
+    """SQS's RedriveAllowPolicy -> its text, kept as given, and the names of the
+    queues it lets name this one as their dead-letter queue (None: every queue).
+    A source ARN of another account or region is kept in the text and matches no
+    queue here. "" removes the policy, as SQS does."""
+    if not value.strip():
+        return {"redrive_allow_policy": None, "redrive_sources": None}
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        policy = None
+    arns = policy.get("sourceQueueArns") if isinstance(policy, dict) else None
+    if (
+        not isinstance(policy, dict)
+        or policy.get("redrivePermission") not in REDRIVE_PERMISSIONS
+        or not set(policy) <= {"redrivePermission", "sourceQueueArns"}
+        or limits.NOT_TEXT_CHAR.search(value)
+        or (arns is not None and not (
+            isinstance(arns, list) and all(isinstance(arn, str) for arn in arns)))
+    ):
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Invalid value for the parameter RedriveAllowPolicy. Reason: Amazon SQS can't "
+            "create the redrive allow policy, as it\u2019s in an unsupported format.",
+        )
+    permission = policy["redrivePermission"]
+    reason = None
+    if arns is not None and permission != "byQueue":
+        reason = ("To specify one or more source queue ARNs, you must set redrivePermission "
+                  "to byQueue.")
+    elif permission == "byQueue" and not arns:
+        reason = ("When you specify the byQueue permission type, you must also specify one "
+                  "or more sourceQueueArns values.")
+    elif arns is not None and len(arns) > REDRIVE_SOURCE_ARNS:
+        reason = (f"The maximum number of source queue ARNs you can specify is "
+                  f"{REDRIVE_SOURCE_ARNS}.")
+    if reason is not None:
+        raise SqsError(
+            "InvalidParameterValue",
+            f"Value {value[:1000]} for parameter RedriveAllowPolicy is invalid. Reason: "
+            f"Amazon SQS can't create the redrive allow policy. {reason}",
+        )
+    sources: tuple[str, ...] | None = None
+    if permission != "allowAll":
+        prefix = ctx.arn("")
+        sources = tuple(arn.removeprefix(prefix) for arn in arns or ()
+                        if arn.startswith(prefix) and len(arn) > len(prefix))
+    return {"redrive_allow_policy": value, "redrive_sources": sources}
+
+
 def _one_encryption(changes: dict[str, Any]) -> None:
     """SQS's rule: a queue is encrypted by SQS's own keys or by a KMS key, not both;
     choosing one turns the other off."""
@@ -259,6 +307,12 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
 
 def attribute_error(exc: QueueError) -> SqsError:
     error = from_engine(exc)
+    if exc.detail == REDRIVE_NOT_ALLOWED:
+        return SqsError(
+            "InvalidParameterValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: The dead-letter queue's "
+            "RedriveAllowPolicy does not allow this queue as a source queue.",
+        )
     if exc.detail == THROUGHPUT_NEEDS_GROUP_SCOPE:
         return SqsError(
             "InvalidAttributeValue",
@@ -287,6 +341,8 @@ def queue_attributes(ctx: Context, queue: Queue, stats: QueueStats) -> dict[str,
     # What SQS returns only once set.
     if attrs.policy is not None:
         values["Policy"] = attrs.policy
+    if attrs.redrive_allow_policy is not None:
+        values["RedriveAllowPolicy"] = attrs.redrive_allow_policy
     if attrs.kms_master_key_id is not None:
         values["KmsMasterKeyId"] = attrs.kms_master_key_id
         values["KmsDataKeyReusePeriodSeconds"] = str(attrs.kms_data_key_reuse_period)
@@ -317,7 +373,7 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     name = queue_of(ctx, params)
     wanted = param_str_list(params, "AttributeNames")
     for attribute in wanted:
-        if attribute != "All" and attribute not in (*ALL_QUEUE_ATTRIBUTES, *NOT_SUPPORTED):
+        if attribute != "All" and attribute not in ALL_QUEUE_ATTRIBUTES:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute[:100]}.")
     queue, stats = await ctx.service.queues.get_queue(name)
     if not queue.attributes.fifo:

@@ -12,6 +12,11 @@ from sqs_clients import ACCOUNT, PROTOCOLS, client, run
 from sqs_fifo_support import bodies, delete, fifo_queue, receive, refused, send
 from support import eventually
 
+FIFO_NAME_MESSAGE = (
+    "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+    "underscores, must end with .fifo suffix and be 1 to 80 in length."
+)
+
 
 @pytest.fixture(params=PROTOCOLS)
 def sqs(request: pytest.FixtureRequest, served: tuple[str, Any]) -> Any:
@@ -64,8 +69,13 @@ async def test_fifo_queue_attributes(sqs: Any, served: tuple[str, Any]) -> None:
     assert not {"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope",
                 "FifoThroughputLimit"} & set(everything)
     assert "VisibilityTimeout" in everything
-    # FifoQueue false is what a standard queue is (accepted here; see docs/sqs.md).
-    await run(sqs.create_queue, QueueName="plain", Attributes={"FifoQueue": "false"})
+    # A standard queue has no FifoQueue attribute, not even "false" (SQS's answer).
+    assert await refused(sqs.create_queue, QueueName="plain",
+                         Attributes={"FifoQueue": "false"}) == (
+        "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+    assert await refused(sqs.set_queue_attributes, QueueUrl=standard,
+                         Attributes={"FifoQueue": "false"}) == (
+        "InvalidAttributeName", "Unknown Attribute FifoQueue.")
     listed = await run(sqs.list_queues)
     assert sorted(listed["QueueUrls"]) == [
         f"{base}/{ACCOUNT}/fast.fifo", url, standard,
@@ -75,10 +85,7 @@ async def test_fifo_queue_attributes(sqs: Any, served: tuple[str, Any]) -> None:
 async def test_queue_attribute_errors(sqs: Any) -> None:
     fifo_url = await fifo_queue(sqs)
     standard = (await run(sqs.create_queue, QueueName="plain"))["QueueUrl"]
-    fifo_name_message = (
-        "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
-        "underscores, must end with .fifo suffix and be 1 to 80 in length."
-    )
+    fifo_name_message = FIFO_NAME_MESSAGE
     name_message = (
         "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
     )
@@ -98,8 +105,10 @@ async def test_queue_attribute_errors(sqs: Any) -> None:
         "InvalidParameterValue", name_message)
     assert await refused(sqs.create_queue, QueueName="jobs",
                          Attributes={"FifoQueue": "maybe"}) == (
-        "InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Valid values: "
-        "true, false.")
+        "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+    assert await refused(sqs.create_queue, QueueName="jobs",
+                         Attributes={"FifoQueue": "false", "DeduplicationScope": "queue"}) == (
+        "InvalidAttributeName", "Unknown Attribute FifoQueue.")
     # FIFO-only attributes on a standard queue.
     assert await refused(sqs.create_queue, QueueName="jobs",
                          Attributes={"ContentBasedDeduplication": "false"}) == (
