@@ -383,7 +383,9 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     values = queue_attributes(ctx, queue, stats)
     if "All" not in wanted:
         values = {k: v for k, v in values.items() if k in wanted}
-    return {"Attributes": values} if values else {}
+    # SQS answers the names asked for with a map, empty when none of them is set
+    # (the Query protocol writes an empty result either way).
+    return {"Attributes": values} if wanted else {}
 
 
 async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

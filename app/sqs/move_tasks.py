@@ -51,7 +51,8 @@ def _arn_parts(arn: str) -> list[str] | None:
 
 def _queue_of_arn(ctx: Context, arn: str, parameter: str) -> str:
     """The queue an ARN names. Not an ARN at all: SQS's format error; an ARN of
-    anything but one of this account's queues names nothing that exists."""
+    anything but one of this account's queues in this region names nothing that
+    exists."""
     parts = _arn_parts(arn)
     if parts is None:
         raise SqsError(
@@ -59,7 +60,8 @@ def _queue_of_arn(ctx: Context, arn: str, parameter: str) -> str:
             f"You must use this format to specify the {parameter}: "
             f"arn:<partition>:<service>:<region>:<account-id>:<resource-id>",
         )
-    if parts[2] != "sqs" or parts[4] != ctx.account or not limits.is_queue_name(parts[5]):
+    if (parts[2] != "sqs" or parts[3] != ctx.region or parts[4] != ctx.account
+            or not limits.is_queue_name(parts[5])):
         raise _not_found(parameter)
     return parts[5]
 
@@ -170,7 +172,8 @@ async def cancel_message_move_task(ctx: Context, params: dict[str, Any]) -> dict
 
 
 def _task_handle(task_id: str, source_arn: str) -> str:
-    raw = json.dumps({"taskId": task_id, "sourceArn": source_arn}).encode()
+    # Compact, as SQS's own handles are.
+    raw = json.dumps({"taskId": task_id, "sourceArn": source_arn}, separators=(",", ":")).encode()
     return base64.b64encode(raw).decode()
 
 

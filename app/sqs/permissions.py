@@ -78,6 +78,11 @@ def _one_or_many(values: list[str]) -> str | list[str]:
     return values[0] if len(values) == 1 else values
 
 
+def _principals(accounts: list[str]) -> str | list[str]:
+    # SQS lists several accounts last given first (as recorded against SQS itself).
+    return _one_or_many([f"arn:aws:iam::{a}:root" for a in reversed(accounts)])
+
+
 def _statements(policy: str | None) -> tuple[dict[str, Any], list[Any]]:
     """The queue's policy document ({} when it has none) and its statements as a
     list (a policy may give a single one as an object)."""
@@ -100,7 +105,7 @@ async def add_permission(ctx: Context, params: dict[str, Any]) -> dict[str, Any]
     statement = {
         "Sid": label,
         "Effect": "Allow",
-        "Principal": {"AWS": _one_or_many([f"arn:aws:iam::{a}:root" for a in accounts])},
+        "Principal": {"AWS": _principals(accounts)},
         "Action": _one_or_many([f"SQS:{a}" for a in actions]),
         "Resource": ctx.arn(name),
     }
@@ -113,7 +118,8 @@ async def add_permission(ctx: Context, params: dict[str, Any]) -> dict[str, Any]
                 f"Value {label} for parameter Label is invalid. Reason: Already exists.",
             )
         if not document:
-            document = {"Version": "2012-10-17", "Id": f"{ctx.arn(name)}/SQSDefaultPolicy"}
+            # SQS's own policies keep the old policy language version.
+            document = {"Version": "2008-10-17", "Id": f"{ctx.arn(name)}/SQSDefaultPolicy"}
         policy = _policy_text({**document, "Statement": [*statements, statement]})
         check_policy(policy)  # SQS's quotas hold for the policy it writes too
         return {"policy": policy}
@@ -130,10 +136,12 @@ async def remove_permission(ctx: Context, params: dict[str, Any]) -> dict[str, A
         document, statements = _statements(current.policy)
         kept = [s for s in statements if not (isinstance(s, dict) and s.get("Sid") == label)]
         if len(kept) == len(statements):
+            # SQS words it apart for a queue with no policy at all.
+            where = " on existing policy" if document else ""
             raise SqsError(
                 "InvalidParameterValue",
-                f"Value {label[:100]} for parameter Label is invalid. Reason: can't find label "
-                "on existing policy.",
+                f"Value {label[:100]} for parameter Label is invalid. Reason: can't find "
+                f"label{where}.",
             )
         # The last statement gone, so is the policy (a Get leaves it out).
         if not kept:

@@ -95,8 +95,10 @@ async def test_a_running_task_then_cancelled(sqs: Any) -> None:
     # One message a second: five messages keep it running for seconds.
     started = await run(sqs.start_message_move_task, SourceArn=arn("dead"),
                         DestinationArn=arn("elsewhere"), MaxNumberOfMessagesPerSecond=1)
-    decoded = json.loads(base64.b64decode(started["TaskHandle"]))  # SQS's handle form
-    assert sorted(decoded) == ["sourceArn", "taskId"]
+    raw = base64.b64decode(started["TaskHandle"]).decode()
+    decoded = json.loads(raw)  # SQS's handle form, compact as SQS writes it
+    assert raw == json.dumps(decoded, separators=(",", ":"))
+    assert list(decoded) == ["taskId", "sourceArn"]
     assert decoded["sourceArn"] == arn("dead")
     assert uuid.UUID(decoded["taskId"])
     (task,) = await latest(sqs, arn("dead"))
@@ -177,6 +179,11 @@ async def test_start_refusals(sqs: Any) -> None:
     assert await refusal(start, SourceArn=arn("nope")) == NO_SOURCE
     assert await refusal(start, SourceArn=f"arn:aws:sqs:{REGION}:123456789012:dead") == NO_SOURCE
     assert await refusal(start, SourceArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:dead") == NO_SOURCE
+    # Another region's queue of the same name is not this one.
+    assert await refusal(start, SourceArn=f"arn:aws:sqs:eu-west-1:{ACCOUNT}:dead") == NO_SOURCE
+    assert await refusal(start, SourceArn=arn("dead"),
+                         DestinationArn=f"arn:aws:sqs:eu-west-1:{ACCOUNT}:plain") == (
+        NO_DESTINATION)
     for malformed in ["", "dead", "arn:aws:sqs:dead", f"arn:aws:sqs:{REGION}:{ACCOUNT}:"]:
         assert await refusal(start, SourceArn=malformed) == bad_arn("SourceArn"), malformed
     assert await refusal(start, SourceArn=arn("dead"), DestinationArn=arn("nope")) == (
@@ -207,6 +214,7 @@ async def test_list_refusals(sqs: Any) -> None:
     listing = sqs.list_message_move_tasks
     assert await refusal(listing, SourceArn=arn("nope")) == NO_SOURCE
     assert await refusal(listing, SourceArn="dead") == bad_arn("SourceArn")
+    assert await refusal(listing, SourceArn=f"arn:aws:sqs:eu-west-1:{ACCOUNT}:dead") == NO_SOURCE
     for limit in (0, 11):
         assert await refusal(listing, SourceArn=arn("dead"), MaxResults=limit) == (
             "InvalidParameterValue",
@@ -231,8 +239,15 @@ async def test_cancel_refusals(sqs: Any) -> None:
     ]:
         assert await refusal(cancel, TaskHandle=malformed) == BAD_HANDLE, malformed
     assert await refusal(cancel, TaskHandle=handle(task_id, arn("nope"))) == NO_SOURCE
+    # Another account's queue, or another region's, is none of ours.
+    for foreign in (f"arn:aws:sqs:{REGION}:878966065785:dead",
+                    f"arn:aws:sqs:eu-west-1:{ACCOUNT}:dead"):
+        assert await refusal(cancel, TaskHandle=handle(task_id, foreign)) == NO_SOURCE
     assert await refusal(cancel, TaskHandle=handle(str(uuid.uuid4()), arn("dead"))) == NO_TASK
     assert await refusal(cancel, TaskHandle=handle("not-a-uuid", arn("dead"))) == NO_TASK
+    # A queue that is no dead-letter queue has no task either.
+    await run(sqs.create_queue, QueueName="plain")
+    assert await refusal(cancel, TaskHandle=handle(str(uuid.uuid4()), arn("plain"))) == NO_TASK
     # A task is cancelled through a handle of its own source queue only.
     assert await refusal(cancel, TaskHandle=handle(task_id, arn("other"))) == NO_TASK
     await finished(sqs, arn("dead"))

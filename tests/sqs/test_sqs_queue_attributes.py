@@ -1,11 +1,10 @@
 """SQS queue attributes as AWS has them, with boto3 on both protocols: what
-GetQueueAttributes All returns, the queue policy and AddPermission /
-RemovePermission, the encryption settings, CreateQueue's idempotence, and the
-refusals, with their codes and messages."""
+GetQueueAttributes All returns, the queue policy (AddPermission and
+RemovePermission: test_sqs_permissions.py), the encryption settings, CreateQueue's
+idempotence, and the refusals, with their codes and messages."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -26,8 +25,6 @@ TWO_ENCRYPTIONS = (
     "You can use one type of server-side encryption (SSE) at one time. You can either "
     "enable KMS SSE or SQS SSE."
 )
-OTHER = "111122223333"
-THIRD = "444455556666"
 
 
 async def everything(sqs: Any, url: str) -> dict[str, str]:
@@ -105,123 +102,6 @@ async def test_a_policy_of_more_than_twenty_statements(sqs: Any) -> None:
     assert await refusal(sqs.set_queue_attributes, QueueUrl=url,
                          Attributes={"Policy": policy}) == (
         "OverLimit", "21 statements were found in the submitted policy, max allowed is 20")
-
-
-def statements(attributes: dict[str, str]) -> list[dict[str, Any]]:
-    document = json.loads(attributes["Policy"])
-    assert document["Version"] == "2012-10-17"
-    return list(document["Statement"])
-
-
-async def test_add_and_remove_permission(sqs: Any) -> None:
-    url = (await run(sqs.create_queue, QueueName="shared"))["QueueUrl"]
-    await run(sqs.add_permission, QueueUrl=url, Label="send", AWSAccountIds=[OTHER],
-              Actions=["SendMessage"])
-    attributes = await everything(sqs, url)
-    assert json.loads(attributes["Policy"])["Id"] == f"{ARN}:shared/SQSDefaultPolicy"
-    # One principal and one action are written alone, as SQS writes them.
-    assert statements(attributes) == [{
-        "Sid": "send", "Effect": "Allow",
-        "Principal": {"AWS": f"arn:aws:iam::{OTHER}:root"},
-        "Action": "SQS:SendMessage", "Resource": f"{ARN}:shared",
-    }]
-    await run(sqs.add_permission, QueueUrl=url, Label="work_2", AWSAccountIds=[OTHER, THIRD],
-              Actions=["ReceiveMessage", "DeleteMessage"])
-    second = statements(await everything(sqs, url))[1]
-    assert second == {
-        "Sid": "work_2", "Effect": "Allow",
-        "Principal": {"AWS": [f"arn:aws:iam::{OTHER}:root", f"arn:aws:iam::{THIRD}:root"]},
-        "Action": ["SQS:ReceiveMessage", "SQS:DeleteMessage"], "Resource": f"{ARN}:shared",
-    }
-    assert await refusal(sqs.add_permission, QueueUrl=url, Label="send",
-                         AWSAccountIds=[THIRD], Actions=["*"]) == (
-        "InvalidParameterValue", "Value send for parameter Label is invalid. Reason: Already "
-        "exists.")
-
-    await run(sqs.remove_permission, QueueUrl=url, Label="send")
-    assert [s["Sid"] for s in statements(await everything(sqs, url))] == ["work_2"]
-    assert await refusal(sqs.remove_permission, QueueUrl=url, Label="send") == (
-        "InvalidParameterValue", "Value send for parameter Label is invalid. Reason: can't "
-        "find label on existing policy.")
-    # The last one removed, so is the policy.
-    await run(sqs.remove_permission, QueueUrl=url, Label="work_2")
-    assert "Policy" not in await everything(sqs, url)
-    assert await refusal(sqs.remove_permission, QueueUrl=url, Label="work_2") == (
-        "InvalidParameterValue", "Value work_2 for parameter Label is invalid. Reason: can't "
-        "find label on existing policy.")
-
-
-async def test_concurrent_permissions_are_all_kept(sqs: Any) -> None:
-    # Each AddPermission edits the policy under the queue's lock: none is lost.
-    url = (await run(sqs.create_queue, QueueName="busy"))["QueueUrl"]
-    labels = [f"p{i}" for i in range(8)]
-    await asyncio.gather(*(
-        run(sqs.add_permission, QueueUrl=url, Label=label, AWSAccountIds=[OTHER],
-            Actions=["SendMessage"])
-        for label in labels
-    ))
-    assert sorted(s["Sid"] for s in statements(await everything(sqs, url))) == labels
-
-
-async def test_add_permission_to_a_policy_set_by_hand(sqs: Any) -> None:
-    url = (await run(sqs.create_queue, QueueName="shared"))["QueueUrl"]
-    mine = {"Sid": "mine", "Effect": "Deny", "Principal": "*", "Action": "sqs:*",
-            "Resource": "*"}
-    await run(sqs.set_queue_attributes, QueueUrl=url, Attributes={
-        "Policy": json.dumps({"Version": "2012-10-17", "Id": "by-hand", "Statement": mine}),
-    })
-    await run(sqs.add_permission, QueueUrl=url, Label="read", AWSAccountIds=[OTHER],
-              Actions=["GetQueueAttributes"])
-    document = json.loads((await everything(sqs, url))["Policy"])
-    assert document["Id"] == "by-hand"
-    assert [s["Sid"] for s in document["Statement"]] == ["mine", "read"]
-    assert await refusal(sqs.add_permission, QueueUrl=url, Label="mine",
-                         AWSAccountIds=[OTHER], Actions=["SendMessage"]) == (
-        "InvalidParameterValue", "Value mine for parameter Label is invalid. Reason: Already "
-        "exists.")
-
-
-@pytest.mark.parametrize(("label", "accounts", "actions", "expected"), [
-    ("l", [OTHER], [], ("MissingParameter", "The request must contain the parameter Actions.")),
-    ("l", [], ["SendMessage"], (
-        "InvalidParameterValue",
-        "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")),
-    ("l", ["12345"], ["SendMessage"], (
-        "InvalidParameterValue",
-        "Value [12345] for parameter PrincipalId is invalid. Reason: Unable to verify.")),
-    ("l", [OTHER], ["SendMessage"] * 8, (
-        "OverLimit", "8 Actions were found, maximum allowed is 7.")),
-    ("l", [OTHER], ["SendMessage", "DeleteQueue"], (
-        "InvalidParameterValue", "Value SQS:DeleteQueue for parameter ActionName is invalid. "
-        "Reason: Only the queue owner is allowed to invoke this action.")),
-    ("l", [OTHER], ["SendMessageBatch"], (
-        "InvalidParameterValue", "Value SQS:SendMessageBatch for parameter ActionName is "
-        "invalid. Reason: Please refer to the appropriate WSDL for a list of valid actions.")),
-    ("bad label!", [OTHER], ["SendMessage"], (
-        "InvalidParameterValue", "Value bad label! for parameter Label is invalid. Reason: "
-        "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
-        "length.")),
-    ("x" * 81, [OTHER], ["SendMessage"], (
-        "InvalidParameterValue", f"Value {'x' * 81} for parameter Label is invalid. Reason: "
-        "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
-        "length.")),
-])
-async def test_add_permission_refused(
-    sqs: Any, label: str, accounts: list[str], actions: list[str], expected: tuple[str, str]
-) -> None:
-    url = (await run(sqs.create_queue, QueueName="shared"))["QueueUrl"]
-    assert await refusal(sqs.add_permission, QueueUrl=url, Label=label,
-                         AWSAccountIds=accounts, Actions=actions) == expected
-    assert "Policy" not in await everything(sqs, url)
-
-
-async def test_permissions_of_a_missing_queue(sqs: Any) -> None:
-    url = (await run(sqs.create_queue, QueueName="here"))["QueueUrl"].replace("/here", "/nowhere")
-    code, _ = await refusal(sqs.add_permission, QueueUrl=url, Label="l",
-                            AWSAccountIds=[OTHER], Actions=["SendMessage"])
-    assert code == "AWS.SimpleQueueService.NonExistentQueue"
-    code, _ = await refusal(sqs.remove_permission, QueueUrl=url, Label="l")
-    assert code == "AWS.SimpleQueueService.NonExistentQueue"
 
 
 async def test_encryption_settings(sqs: Any) -> None:

@@ -68,6 +68,12 @@ async def test_stored_returned_and_removed(sqs: Any) -> None:
         assert await _allow_policy(sqs, url) == text
     await run(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedriveAllowPolicy": ""})
     assert await _allow_policy(sqs, url) is None
+    # Asked for by name and unset: an empty map on JSON, as SQS answers (the Query
+    # protocol's empty result reads as no map at all).
+    got = await run(sqs.get_queue_attributes, QueueUrl=url,
+                    AttributeNames=["RedriveAllowPolicy"])
+    assert got.get("Attributes", {}) == {}
+    assert ("Attributes" in got) == (sqs.meta.service_model.protocol == "json")
 
 
 async def test_malformed_policies(sqs: Any) -> None:
