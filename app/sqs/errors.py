@@ -93,6 +93,12 @@ class SqsError(Exception):
 
 # The JSON protocol's `__type` namespace: SQS's, but for the framework's errors.
 NAMESPACES = {"UnknownOperationException": "com.amazon.coral.service"}
+# The JSON protocol's `__type` name where SQS's differs from the Query code (as
+# recorded against SQS: botocore shows it as the error's QueryErrorCode).
+JSON_NAMES = {
+    "InvalidParameterValue": "InvalidParameterValueException",
+    "MissingParameter": "MissingRequiredParameterException",
+}
 SQS_NAMESPACE = "com.amazonaws.sqs"
 # SQS's words for a queue that does not exist, on each protocol.
 NO_QUEUE = "The specified queue does not exist."

@@ -13,10 +13,15 @@ from typing import Any
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
-from app.sqs.errors import NAMESPACES, NO_QUEUE_QUERY, SQS_NAMESPACE, SqsError
+from app.sqs.errors import JSON_NAMES, NAMESPACES, NO_QUEUE_QUERY, SQS_NAMESPACE, SqsError
 
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 XML_CONTENT_TYPE = "text/xml"
+# A Query answer in JSON, for a request that asked for one (`Accept: application/json`
+# or `ContentType=JSON`).
+QUERY_JSON_CONTENT_TYPE = "application/json"
+# SQS's answer to a Query request that names no action, in XML whatever it accepts.
+UNKNOWN_OPERATION = b"<UnknownOperationException/>"
 NAMESPACE = "http://queue.amazonaws.com/doc/2012-11-05/"
 TARGET_PREFIX = "AmazonSQS."
 
@@ -104,6 +109,13 @@ def _check_depth(params: dict[str, Any]) -> None:
     raise SqsError(
         "InvalidParameterValue", f"The request body nests deeper than {_MAX_JSON_DEPTH} levels."
     )
+
+
+def wants_json(params: dict[str, Any]) -> bool:
+    """Whether a Query request asked for JSON by its parameter `ContentType=JSON`
+    (the other way is its Accept header)."""
+    value = params.pop("ContentType", None)
+    return isinstance(value, str) and value.upper() == "JSON"
 
 
 def parse_form(pairs: list[tuple[str, str]]) -> tuple[str | None, dict[str, Any]]:
@@ -194,7 +206,8 @@ def json_result(result: dict[str, Any]) -> bytes:
 
 def json_error(error: SqsError) -> tuple[bytes, dict[str, str]]:
     namespace = NAMESPACES.get(error.name, SQS_NAMESPACE)
-    body = {"__type": f"{namespace}#{error.name}", "message": error.message}
+    name = JSON_NAMES.get(error.name, error.name)
+    body = {"__type": f"{namespace}#{name}", "message": error.message}
     return json_result(body), {"x-amzn-query-error": f"{error.code};{error.fault}"}
 
 
@@ -244,3 +257,40 @@ def xml_error(error: SqsError, request_id: str) -> bytes:
         f"<Message>{_text(message)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     ).encode()
+
+
+def _query_json(value: Any, name: str = "") -> Any:
+    # The JSON protocol's member names, but a map is its Query list of entries, as
+    # SQS writes a Query answer in JSON (`"Attributes": [{"Name": ..., "Value": ...}]`).
+    if isinstance(value, list):
+        return [_query_json(item) for item in value]
+    if isinstance(value, dict) and name in _XML_MAPS:
+        _, key_field, value_field = _XML_MAPS[name]
+        return [{key_field: key, value_field: _query_json(item)} for key, item in value.items()]
+    if isinstance(value, dict):
+        return {key: _query_json(item, key) for key, item in value.items() if item is not None}
+    return value
+
+
+def query_json_result(action: str, result: dict[str, Any], request_id: str) -> bytes:
+    """A Query answer for a client that accepts JSON: the XML document's shape,
+    `{"<Action>Response": {"<Action>Result": ..., "ResponseMetadata": ...}}`."""
+    answer: dict[str, Any] = {}
+    if action == "ListQueues":
+        # As SQS writes this one in JSON: its own member names, every member present.
+        answer["ListQueuesResult"] = {
+            "NextExclusiveStartQueueName": None, "NextToken": result.get("NextToken"),
+            "queueUrls": result.get("QueueUrls"),
+        }
+    elif action not in _NO_RESULT:
+        answer[f"{action}Result"] = _query_json(result)
+    answer["ResponseMetadata"] = {"RequestId": request_id}
+    return json_result({f"{action}Response": answer})
+
+
+def query_json_error(error: SqsError, request_id: str) -> bytes:
+    message = NO_QUEUE_QUERY if error.name == "QueueDoesNotExist" else error.message
+    return json_result({
+        "Error": {"Type": error.fault, "Code": error.code, "Message": message, "Detail": None},
+        "RequestId": request_id,
+    })

@@ -4,7 +4,12 @@ GET) for Query clients that post there. Other methods: 405 with `Allow`.
 
 The protocol is chosen per request: `X-Amz-Target: AmazonSQS.<Action>` is the
 AWS JSON 1.0 protocol; otherwise the form field `Action` is the Query protocol
-(XML responses). Errors go out in the protocol's own shape.
+(XML responses, or JSON ones to a client that accepts `application/json`).
+Errors go out in the protocol's own shape. Where SQS's own answers differ from
+what its documentation suggests, these follow the answers recorded against AWS:
+a request with no Action is a 404 `<UnknownOperationException/>`, a queue URL
+refuses the service's own actions (CreateQueue, ListQueues), and any action is
+taken over a signed GET.
 """
 
 from __future__ import annotations
@@ -72,6 +77,15 @@ def _is_json(headers: Headers) -> bool:
         "content-type", "").startswith("application/x-amz-json")
 
 
+def _wants_json(headers: Headers) -> bool:
+    """Whether a Query request asked for its answer in JSON, as SQS gives it then."""
+    return "application/json" in headers.get("accept", "")
+
+
+# Actions of the service, not of a queue: SQS refuses them on a queue URL.
+_NOT_ON_A_QUEUE_URL = frozenset({"CreateQueue", "ListQueues"})
+
+
 Signer = tuple[sigv4.Signed, Principal, str, dict[str, list[str]]]
 """What a request's credentials came to: its signature's parts, whose key, that
 key's secret, its headers by name (for checking the signature over the body)."""
@@ -115,12 +129,14 @@ async def before_body(scope: Scope, state: Any) -> Answer | None:
     unauthenticated request is refused for the price of its headers, and its
     connection closed rather than its body read. The signature itself covers the
     body and is checked after (`_authenticate`)."""
-    is_json = _is_json(Headers(scope=scope))
+    headers = Headers(scope=scope)
+    is_json = _is_json(headers)
     try:
         signer = await _credentials(scope, state, is_json)
     except (SqsError, LeaseqError) as exc:
         scope[SQS_ACTION] = "unknown"
-        answer = _error(from_engine(exc), is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()))
+        answer = _error(from_engine(exc), is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()),
+                        query_json=not is_json and _wants_json(headers))
         if announces_body(dict(scope["headers"])):
             answer = dataclasses.replace(
                 answer, headers=(*answer.headers, (b"connection", b"close")))
@@ -156,6 +172,7 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
     body = request.body
     target = request.headers.get("x-amz-target")
     is_json = _is_json(request.headers)
+    query_json = not is_json and _wants_json(request.headers)
     action: str | None = None
     try:
         principal, sender = await _authenticate(request, is_json)
@@ -170,19 +187,30 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
             params = protocol.parse_json(body)
         else:
             action, params = protocol.parse_form(protocol.form_pairs(body, request.query))
+            query_json = protocol.wants_json(params) or query_json
             if not action:
-                raise SqsError("MissingAction", "The request must contain an Action.")
+                # SQS's answer, in XML even to a client that accepts JSON.
+                return Answer(404, protocol.UNKNOWN_OPERATION, _XML,
+                              ((b"x-amzn-requestid", request_id.encode()),))
+            if path_queue is not None and action in _NOT_ON_A_QUEUE_URL:
+                raise SqsError(
+                    "InvalidAction", f"The action {action} is not valid for this endpoint."
+                )
         handler = ACTIONS.get(action)
         if handler is None:
             raise SqsError(
                 "InvalidAction", f"The action {action[:100]} is not valid for this endpoint."
             )
         if (request.scope["method"] == "GET" and action not in READ_ONLY
-                and not sigv4.is_presigned(request.query)):
+                and not _signed(request)):
+            # SQS takes every action over GET. A GET that carries no signature at
+            # all is what a page of another site can make a browser send (an
+            # <img>); one with an Authorization header or a presigned query string
+            # is not, so it is taken, as SQS takes it.
             raise SqsError(
                 "UnsupportedOperation",
-                f"{action} changes state and is not taken over GET: send it as a POST "
-                f"(a presigned URL may be a GET).",
+                f"{action} changes state and is not taken over an unsigned GET: sign "
+                f"it (SigV4, in the Authorization header or presigned) or send a POST.",
             )
         needs = NEEDS.get(action)
         if needs is None:  # default deny: an action without a declaration
@@ -209,28 +237,40 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
                 ctx.gone = gone
                 result = await handler(ctx, params)
     except (SqsError, LeaseqError) as exc:
-        return _error(from_engine(exc), is_json, request_id)
+        return _error(from_engine(exc), is_json, request_id, query_json=query_json)
     except Exception:
         _log.exception("SQS action %s failed", action)
-        return _error(SqsError("InternalError", "An internal error occurred."), is_json, request_id)
+        return _error(SqsError("InternalError", "An internal error occurred."), is_json,
+                      request_id, query_json=query_json)
     headers = ((b"x-amzn-requestid", request_id.encode()),)
     if is_json:
         return Answer(200, protocol.json_result(result), _JSON, headers)
     assert action is not None
+    if query_json:
+        return Answer(200, protocol.query_json_result(action, result, request_id),
+                      _QUERY_JSON, headers)
     return Answer(200, protocol.xml_result(action, result, request_id), _XML, headers)
+
+
+def _signed(request: _Request) -> bool:
+    return bool(request.headers.get("authorization")) or sigv4.is_presigned(request.query)
 
 
 _JSON = protocol.JSON_CONTENT_TYPE.encode()
 _XML = f"{protocol.XML_CONTENT_TYPE}; charset=utf-8".encode()  # as Starlette says text
+_QUERY_JSON = protocol.QUERY_JSON_CONTENT_TYPE.encode()
 
 
-def _error(error: SqsError, is_json: bool, request_id: str) -> Answer:
+def _error(error: SqsError, is_json: bool, request_id: str, *, query_json: bool = False) -> Answer:
     headers = [(b"x-amzn-requestid", request_id.encode())]
     if is_json:
         content, extra = protocol.json_error(error)
         headers.extend((k.lower().encode("latin-1"), v.encode("latin-1"))
                        for k, v in extra.items())
         return Answer(error.status, content, _JSON, tuple(headers))
+    if query_json:
+        return Answer(error.status, protocol.query_json_error(error, request_id), _QUERY_JSON,
+                      tuple(headers))
     return Answer(error.status, protocol.xml_error(error, request_id), _XML, tuple(headers))
 
 
@@ -252,9 +292,10 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
     if not _ACCOUNT.fullmatch(account):
         raise StarletteHTTPException(404, "Not Found")
     if account != settings.sqs_account_id:
+        is_json = _is_json(request.headers)
         return response_of(_error(
-            SqsError("QueueDoesNotExist", NO_QUEUE),
-            request.headers.get("x-amz-target") is not None, str(uuid.uuid4()),
+            SqsError("QueueDoesNotExist", NO_QUEUE), is_json, str(uuid.uuid4()),
+            query_json=not is_json and _wants_json(request.headers),
         ))
     refused = await before_body(request.scope, request.app.state)
     if refused is not None:

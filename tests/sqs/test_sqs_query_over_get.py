@@ -1,6 +1,7 @@
-"""The SQS Query protocol over GET: the actions that change nothing are answered,
-those that would are refused (also from another site's page), and with keys a GET
-is signed as a POST is."""
+"""The SQS Query protocol over GET: the actions that change nothing are answered;
+those that would are taken when the GET is signed, as SQS takes them, and refused
+when it carries no signature (what another site's page can make a browser send)
+or comes from another site's page; with keys a GET is signed as a POST is."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ _CHANGES_OVER_GET = [
 
 async def test_query_protocol_over_get(served: tuple[str, Any], db: Any) -> None:
     """GET with the parameters in the query string, at the root or the queue URL,
-    for the actions that change nothing; one that changes state is refused over a
-    GET (unless presigned: tests/auth/test_sqs_auth.py) and changes nothing."""
+    for the actions that change nothing; one that changes state is refused over an
+    unsigned GET (signed: test_sqs_http_edges.py; presigned:
+    tests/auth/test_sqs_auth.py) and changes nothing."""
     base, _ = served
     async with httpx.AsyncClient(base_url=base) as http:
         listed = await http.get("/?Action=ListQueues&Version=2012-11-05")
@@ -77,10 +79,13 @@ async def test_query_protocol_over_get(served: tuple[str, Any], db: Any) -> None
         assert tags.status_code == 200 and "<Tag>" not in tags.text
         listed = await http.get("/?Action=ListQueues")
         assert f"<QueueUrl>{base}/{ACCOUNT}/got</QueueUrl>" in listed.text
+        # No action: SQS's 404 (test_sqs_http_edges.py).
+        for query in ("", "?Version=2012-11-05"):
+            answer = await http.get("/" + query)
+            assert answer.status_code == 404, (query, answer.text)
+            assert answer.text == "<UnknownOperationException/>"
         # Refusals in XML, as a POST gets them.
         for query, status, code in [
-            ("", 400, "MissingAction"),
-            ("?Version=2012-11-05", 400, "MissingAction"),
             ("?Action=Frobnicate", 400, "InvalidAction"),
             ("?Action=GetQueueUrl", 400, "MissingParameter"),
             ("?Action=GetQueueUrl&QueueName=nope", 400,
@@ -113,22 +118,27 @@ def _signed_get(url: str, secret: str = KEY_SECRET) -> dict[str, str]:
 async def test_query_over_get_is_signed(serve_factory: ServeApp) -> None:
     """With keys, a GET needs the same header SigV4 as a POST, over its query string
     (or a presigned signature: tests/auth/test_sqs_auth.py); half a presigned one is refused.
-    Signed or not, a GET that would change state is refused."""
+    Signed, a GET may change state, as on SQS; unsigned, it is refused."""
     base, _ = await serve_factory(admin_key=f"{KEY_ID}.{KEY_SECRET}")
     async with httpx.AsyncClient() as http:
-        url = f"{base}/?Action=CreateQueue&QueueName=signed&Version=2012-11-05"
-        answer = await http.get(url, headers=_signed_get(url))
-        assert answer.status_code == 400, answer.text
-        assert "<Code>AWS.SimpleQueueService.UnsupportedOperation</Code>" in answer.text
         url = f"{base}/?Action=GetQueueUrl&QueueName=signed"
         answer = await http.get(url, headers=_signed_get(url))
         assert "NonExistentQueue" in answer.text, answer.text
+        url = f"{base}/?Action=CreateQueue&QueueName=signed&Version=2012-11-05"
+        answer = await http.get(url, headers=_signed_get(url))
+        assert answer.status_code == 200, answer.text
+        assert f"<QueueUrl>{base}/{ACCOUNT}/signed</QueueUrl>" in answer.text
         body = b"Action=CreateQueue&QueueName=signed&Version=2012-11-05"
         request = AWSRequest(method="POST", url=f"{base}/", data=body, headers={
             "Content-Type": "application/x-www-form-urlencoded"})
         SigV4Auth(Credentials(KEY_ID, KEY_SECRET), "sqs", "us-east-1").add_auth(request)
         answer = await http.post(f"{base}/", content=body, headers=dict(request.headers))
         assert answer.status_code == 200, answer.text
+        for unsigned_change in (f"{base}/?Action=PurgeQueue&QueueUrl=signed",
+                                f"{base}/{ACCOUNT}/signed?Action=DeleteQueue"):
+            answer = await http.get(unsigned_change)
+            assert answer.status_code == 403, answer.text
+            assert "<Code>MissingAuthenticationToken</Code>" in answer.text
         unsigned = await http.get(f"{base}/?Action=ListQueues")
         assert unsigned.status_code == 403
         assert "<Code>MissingAuthenticationToken</Code>" in unsigned.text

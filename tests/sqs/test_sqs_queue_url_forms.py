@@ -1,5 +1,7 @@
 """The forms of a QueueUrl SQS clients send, with boto3 on both protocols: any host,
-port or region, or a bare name, names the queue; another account's does not."""
+port or region, or a bare name, names the queue; another account's does not. One
+leaseq serves one region (LEASEQ_SQS_REGION): a URL naming another region names
+the queue by its path, as a URL naming any other host does."""
 
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ QUEUE_URL_FORMS = [
     f"https://sqs.eu-west-1.amazonaws.com/{ACCOUNT}/forms",  # another host and region
     f"http://localhost:4566/{ACCOUNT}/forms",  # LocalStack's, ElasticMQ's
     f"http://sqs.us-east-1.localhost.localstack.cloud:4566/{ACCOUNT}/forms",
+    # Region-specific hosts of other regions: a QueueUrl names its queue by its path.
+    f"https://eu-west-1.queue.amazonaws.com/{ACCOUNT}/forms",  # SQS's legacy regional
+    f"https://queue.amazonaws.com/{ACCOUNT}/forms",  # legacy, us-east-1
+    f"http://sqs.eu-central-1.localhost.localstack.cloud:4566/{ACCOUNT}/forms",
+    f"http://eu-central-1.queue.localhost.localstack.cloud:4566/{ACCOUNT}/forms",
+    f"http://localhost:4566/queue/eu-central-1/{ACCOUNT}/forms",
     f"http://localhost:4566/queue/us-east-1/{ACCOUNT}/forms",  # LocalStack path-style
     "http://localhost:9324/queue/forms",  # ElasticMQ's old form
     f"{ACCOUNT}/forms",
