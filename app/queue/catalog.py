@@ -396,6 +396,8 @@ class QueueCatalog:
             # send may be putting a message into one of them right now).
             for statement in queue.kind.free_groups:
                 await session.execute(statement, {"queue_id": queue.id, "ids": None})
+            for statement in queue.kind.forget_on_purge:
+                await session.execute(statement, {"queue_id": queue.id})
             return purged
 
 

@@ -49,6 +49,9 @@ class QueueKind:
     free_groups: tuple[Query[Any], ...]
     """Run, in the same transaction, after messages were released (`ids`, their
     rows) or purged (`ids` None): their groups may be claimed again."""
+    forget_on_purge: tuple[Query[Any], ...]
+    """Run (`queue_id`) after a purge and its free_groups: what the purge
+    forgets besides the messages."""
     outlook: Callable[[Queue], Statement]
     """When the next message becomes claimable, and whether one is now."""
     received_fields: Callable[[Any], dict[str, Any]]
@@ -94,6 +97,7 @@ STANDARD = QueueKind(
     change=grouped.CHANGE,
     give_back=Q.give_back_claims,
     free_groups=(),
+    forget_on_purge=(),
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
     }),
@@ -129,6 +133,7 @@ FIFO = QueueKind(
     change=grouped.CHANGE_FIFO,
     give_back=Q.give_back_fifo_claims,
     free_groups=(Q.touch_groups,),
+    forget_on_purge=(Q.forget_deduplication,),
     outlook=lambda queue: (Q.fifo_outlook, {"queue_id": queue.id}),
     received_fields=_in_group,
     acks_ride_claims=False,

@@ -1084,9 +1084,11 @@ ORDER BY n.ord;
 --   1. Up to :lock_groups groups that may be claimable, oldest first, locked.
 --   2. The first 10 messages of each (a receive takes at most 10, and a claim
 --      takes a group's first messages, so whatever of a group is in flight
---      is among them): a group with a message in flight is blocked; of the
---      others, the messages visible from the head on are open (visible: its
---      deadline passed, and the queue's :delay since it was sent).
+--      is among them): the messages visible from the head on are open
+--      (visible: its deadline passed, and the queue's :delay since it was
+--      sent), up to the first that is not -- as SQS has it, a message made
+--      visible again goes out while a later one of its group is still in
+--      flight, which that one keeps the rest of the group behind.
 --   3. Open groups go to the receivers of :wants (one number each, in order):
 --      receiver r < n gets the r-th group; the last receiver gets the rest,
 --      in order, up to its number -- a receive takes as many messages of one
@@ -1100,8 +1102,9 @@ ORDER BY n.ord;
 --      their group goes on. The lapsed leases left behind are revoked: a
 --      group claimed again belongs to its new receiver alone.
 --   5. Each group looked at gets its hint: in flight until the lease ends
---      (claimed here, or found so), its head's deadline, or now when its row
---      changed since the snapshot; a group found empty and unchanged is deleted.
+--      (claimed here), its head's deadline (its lease's end when in flight),
+--      or now when its row changed since the snapshot; a group found empty
+--      and unchanged is deleted.
 -- Always one row at least: `dead` counts the moved messages; `id` is NULL
 -- when nothing was claimed; `receiver` numbers each row's receiver from 1.
 WITH looked_at AS (
@@ -1136,8 +1139,6 @@ window_rows AS (
 summary AS (
     SELECT group_id, hint, unchanged,
            count(id) AS messages,
-           coalesce(bool_or(in_flight), false) AS blocked,
-           max(visible_at) FILTER (WHERE in_flight) AS held_until,
            (array_agg(visible_at ORDER BY sequence_number))[1] AS head_at
     FROM window_rows
     GROUP BY group_id, hint, unchanged
@@ -1147,8 +1148,7 @@ open AS (
            dense_rank() OVER (ORDER BY r.hint, r.group_id) AS group_rank,
            row_number() OVER (PARTITION BY r.group_id ORDER BY r.sequence_number) AS position
     FROM window_rows AS r
-    JOIN summary AS s USING (group_id)
-    WHERE r.ready AND NOT s.blocked
+    WHERE r.ready
 ),
 slotted AS (
     SELECT o.*,
@@ -1231,7 +1231,6 @@ hints AS (
                          + CAST(:visibility_timeout AS integer) * interval '1 second'
                 WHEN s.group_id IN (SELECT group_id FROM granted) OR NOT s.unchanged
                     THEN statement_timestamp()
-                WHEN s.blocked THEN s.held_until
                 ELSE s.head_at
            END AS visible_at
     FROM summary AS s
@@ -1337,6 +1336,17 @@ bumped AS (
 )
 SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 
+-- name: lapsed_leases
+-- returns: LapsedRow
+-- Of some receipt handles (:ids, :tokens), those whose message is still there
+-- but whose lease under that handle no longer holds: lapsed, released, or
+-- replaced by another claim. SQS refuses such a handle on a FIFO queue.
+SELECT h.id, h.token
+FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+JOIN leaseq.messages AS m ON m.id = h.id AND m.queue_id = :queue_id
+WHERE m.claim_token IS DISTINCT FROM h.token OR NOT m.leased
+   OR m.visible_at <= statement_timestamp();
+
 -- name: touch_groups
 -- The groups of some messages of a FIFO queue (all its groups when :ids is
 -- NULL), after another statement made those messages visible sooner (a
@@ -1392,6 +1402,12 @@ SELECT count(*) AS given,
                                          (SELECT count(*) FROM bumped), NULL)) AS notified
 FROM given
 HAVING count(*) > 0;
+
+-- name: forget_deduplication
+-- A purged FIFO queue's deduplication ids (SQS accepts a purged message's id
+-- again at once). Run after touch_groups, so that it takes the group rows'
+-- locks before these rows' as a send does.
+DELETE FROM leaseq.message_deduplication WHERE queue_id = :queue_id;
 
 -- name: sweep_deduplication
 -- returns: SweptRow

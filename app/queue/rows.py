@@ -63,6 +63,11 @@ class IdRow(TypedDict):
     id: int
 
 
+class LapsedRow(TypedDict):
+    id: int
+    token: UUID
+
+
 class TagsRow(TypedDict):
     tags: str
 

@@ -437,6 +437,24 @@ class QueueService:
         deleted = await self.group.run(queue.kind.delete, queue.id, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
 
+    async def lapsed(self, name: str, handles: Sequence[str]) -> set[str]:
+        """Of `handles`, those whose message is still there but whose lease no
+        longer holds (lapsed, released, or claimed again), judged on the
+        database's clock; handles that do not verify are left to the action
+        that follows, which refuses them."""
+        queue = await self.queues.find(name)
+        receipts = self._signer.decode_all(handles, queue_id=queue.id)
+        valid = [(h, r) for h, r in zip(handles, receipts, strict=True) if isinstance(r, Receipt)]
+        if not valid:
+            return set()
+        rows = await self._db.fetch(Q.lapsed_leases, {
+            "queue_id": queue.id,
+            "ids": [r.message_row for _, r in valid],
+            "tokens": [r.claim_token for _, r in valid],
+        })
+        stale = {(row["id"], row["token"]) for row in rows}
+        return {h for h, r in valid if (r.message_row, r.claim_token) in stale}
+
     def _results_told(
         self, queue: Queue, receipts: list[Receipt | InvalidReceiptHandle],
         deleted: Deleted,

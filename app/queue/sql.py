@@ -17,6 +17,7 @@ from app.queue.rows import (
     GaugeRow,
     GivenBackRow,
     IdRow,
+    LapsedRow,
     LockedRow,
     MadeFairRow,
     NameRow,
@@ -91,8 +92,10 @@ class Statements(Queries):
     fifo_outlook: Query[OutlookRow]
     delete_fifo_messages: Query[FifoDeletedRow]
     change_fifo_visibility: Query[ChangedRow]
+    lapsed_leases: Query[LapsedRow]
     touch_groups: Query[None]
     give_back_fifo_claims: Query[GivenBackRow]
+    forget_deduplication: Query[None]
     sweep_deduplication: Query[SweptRow]
     replay_receive_attempt: Query[ReplayedRow]
     record_receive_attempt: Query[None]

@@ -18,6 +18,12 @@ from app.sqs.context import check_text
 from app.sqs.errors import SqsError
 
 _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[^\x00-\x1f]{1,})?$")
+# SQS's attribute names: letters of any script (AWS accepts "attr.1øßä"), digits,
+# "_", "-" and "." (\w of a str pattern is Unicode's). REST's names stay ASCII
+# (limits.ATTRIBUTE_NAME): an SQS client may send names REST would refuse.
+_NAME = re.compile(r"[\w.\-]{1,256}")
+# What MessageAttributeNames asks for every attribute with.
+_EVERY = ("All", ".*", "*")
 SYSTEM = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     # FIFO queues' messages only.
@@ -30,6 +36,12 @@ SYSTEM_NOT_PRESENT = ("SqsManagedSseEnabled", "DeadLetterQueueSourceArn")
 # SQS documents no bound on a trace header (nor counts it in the message size):
 # this one is leaseq's, so that the one uncounted field cannot carry a payload.
 TRACE_HEADER_BYTES = 8192
+
+
+def shown(text: str) -> str:
+    """A refused value as an error may echo it: without the characters XML cannot
+    carry (a Query answer echoing a control character is no XML a client parses)."""
+    return limits.NOT_TEXT_CHAR.sub("", text)
 
 
 def _empty_value(name: str, base_type: str) -> str:
@@ -53,15 +65,10 @@ def parse(value: Any) -> dict[str, MessageAttribute]:
         )
     typed: dict[str, MessageAttribute] = {}
     for name, entry in value.items():
-        lowered = name.lower()
-        if (
-            not limits.ATTRIBUTE_NAME.fullmatch(name)
-            or ".." in name
-            or name.startswith(".")
-            or name.endswith(".")
-            or lowered.startswith(("aws.", "amazon."))
-        ):
-            raise SqsError("InvalidParameterValue", f"Message attribute name '{name}' is invalid.")
+        if not _legal_name(name):
+            raise SqsError(
+                "InvalidParameterValue", f"Message attribute name '{shown(name)}' is invalid."
+            )
         if not isinstance(entry, dict):
             raise SqsError("InvalidParameterValue", f"Message attribute '{name}' is invalid.")
         data_type = entry.get("DataType")
@@ -153,7 +160,8 @@ def trace_header(value: Any) -> str | None:
     for name in value:
         if name != md5.TRACE_HEADER:
             raise SqsError(
-                "InvalidParameterValue", f"Message system attribute name '{name[:256]}' is invalid."
+                "InvalidParameterValue",
+                f"Message system attribute name '{shown(name[:256])}' is invalid.",
             )
     entry = value[md5.TRACE_HEADER]
     if not isinstance(entry, dict) or entry.get("DataType") != "String" or (
@@ -176,15 +184,37 @@ def trace_header(value: Any) -> str | None:
     return header
 
 
+def _legal_name(name: str) -> bool:
+    return (
+        _NAME.fullmatch(name) is not None
+        and ".." not in name
+        and not name.startswith(".")
+        and not name.endswith(".")
+        and not name.lower().startswith(("aws.", "amazon."))
+    )
+
+
 def wanted(names: list[str], name: str) -> bool:
-    """Whether a list of message attribute names (with All, .* and prefix.*) asks for
-    `name`."""
+    """Whether MessageAttributeNames ask for `name`: All, `.*` and `*` every one;
+    `prefix.*` the names that start with `prefix`, the text before `.*` (so `Hel.*`
+    takes `Hello` and `Help.Me`, as AWS answers)."""
     for wanted in names:
-        if wanted in ("All", ".*") or wanted == name:
+        if wanted in _EVERY or wanted == name:
             return True
-        if wanted.endswith(".*") and name.startswith(wanted[:-1]):
+        if wanted.endswith(".*") and name.startswith(wanted[:-2]):
             return True
     return False
+
+
+def chosen(
+    names: list[str], typed: dict[str, MessageAttribute]
+) -> dict[str, MessageAttribute]:
+    """The attributes a receive returns of a message: those its MessageAttributeNames
+    ask for. A name no attribute can bear (`AWS.`, `..foo`) is no error, it matches
+    nothing; none matching, the answer has neither MessageAttributes nor their MD5
+    (as SQS answers today, and LocalStack since: an empty map was AWS's JSON answer
+    in 2023)."""
+    return {k: v for k, v in typed.items() if wanted(names, k)}
 
 
 def rendered(chosen: dict[str, MessageAttribute]) -> dict[str, dict[str, str | None]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.errors import InvalidReceiptHandle, LeaseLost, MessageTooLarge, MissingParameter
 from app.queue import limits
+from app.queue.catalog import check_range
 from app.queue.models import (
     EntryError,
     OutgoingMessage,
@@ -65,8 +66,9 @@ def _fifo_id(entry: dict[str, Any], name: str) -> str | None:
     if value is not None and not limits.FIFO_ID.fullmatch(value):
         raise SqsError(
             "InvalidParameterValue",
-            f"Value {value[:200]} for parameter {name} is invalid. Reason: {name} can only "
-            f"include alphanumeric and punctuation characters. 1 to 128 in length.",
+            f"Value {attributes.shown(value[:200])} for parameter {name} is invalid. Reason: "
+            f"{name} can only include alphanumeric and punctuation characters. 1 to 128 in "
+            f"length.",
         )
     return value
 
@@ -271,7 +273,8 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
     elif attempt_id is not None and not limits.FIFO_ID.fullmatch(attempt_id):
         raise SqsError(
             "InvalidParameterValue",
-            f"Value {attempt_id[:200]} for parameter ReceiveRequestAttemptId is invalid. "
+            f"Value {attributes.shown(attempt_id[:200])} for parameter ReceiveRequestAttemptId "
+            f"is invalid. "
             f"Reason: It can only include alphanumeric and punctuation characters. 1 to 128 "
             f"in length.",
         )
@@ -307,10 +310,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
         }
         if chosen_system:
             out["Attributes"] = chosen_system
-        chosen = {
-            k: v for k, v in message.typed_attributes.items()
-            if attributes.wanted(attribute_names, k)
-        }
+        chosen = attributes.chosen(attribute_names, message.typed_attributes)
         if chosen:
             out["MD5OfMessageAttributes"] = md5.of_attributes(chosen)
             out["MessageAttributes"] = attributes.rendered(chosen)
@@ -320,6 +320,24 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
 
 # A receipt handle as echoed in an error: SQS quotes it whole; bounded here.
 _HANDLE_ECHO = 1024
+
+
+def _expired(handle: str) -> SqsError:
+    return SqsError(
+        "InvalidParameterValue",
+        f"Value {handle[:_HANDLE_ECHO]} for parameter ReceiptHandle is invalid. Reason: The "
+        f"receipt handle has expired.",
+    )
+
+
+async def _lapsed(ctx: Context, name: str, handles: list[str]) -> set[str]:
+    """The handles SQS calls expired: on a FIFO queue only, a handle whose lease
+    no longer holds (lapsed, released, or replaced by another receive) while its
+    message is still there. A standard queue keeps accepting them (invariant 3),
+    and is known by its name, with no statement."""
+    if not handles or not is_fifo_name(name):
+        return set()
+    return await ctx.service.lapsed(name, handles)
 
 
 def _receipt_error(error: Exception, action: str, handle: str) -> SqsError | None:
@@ -348,6 +366,8 @@ def _receipt_error(error: Exception, action: str, handle: str) -> SqsError | Non
 async def delete_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     name = queue_of(ctx, params)
     handle = param_required(params, "ReceiptHandle")
+    if await _lapsed(ctx, name, [handle]):
+        raise _expired(handle)
     (result,) = await ctx.service.delete(name, [handle])
     if result is not None:
         error = _receipt_error(result.error, "delete", handle)
@@ -367,6 +387,9 @@ async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str
             failed.append(_failure(entry["Id"], SqsError(
                 "MissingParameter", "The request must contain the parameter ReceiptHandle."
             )))
+    lapsed = await _lapsed(ctx, name, [h for _, h in valid])
+    failed.extend(_failure(entry_id, _expired(h)) for entry_id, h in valid if h in lapsed)
+    valid = [(entry_id, h) for entry_id, h in valid if h not in lapsed]
     results = await ctx.service.delete(name, [h for _, h in valid]) if valid else []
     for (entry_id, handle), result in zip(valid, results, strict=True):
         error = None if result is None else _receipt_error(result.error, "delete", handle)
@@ -385,6 +408,10 @@ async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dic
         raise SqsError(
             "MissingParameter", "The request must contain the parameter VisibilityTimeout."
         )
+    # SQS judges the value before the handle.
+    check_range("timeout", timeout, limits.VISIBILITY_TIMEOUT)
+    if await _lapsed(ctx, name, [handle]):
+        raise _expired(handle)
     (result,) = await ctx.service.change_visibility(name, [(handle, timeout)])
     if isinstance(result, EntryError):
         error = _receipt_error(result.error, "change", handle)
@@ -412,6 +439,9 @@ async def change_message_visibility_batch(
             failed.append(_failure(entry["Id"], error))
             continue
         valid.append((entry["Id"], handle, timeout))
+    lapsed = await _lapsed(ctx, name, [h for _, h, _ in valid])
+    failed.extend(_failure(entry_id, _expired(h)) for entry_id, h, _ in valid if h in lapsed)
+    valid = [entry for entry in valid if entry[1] not in lapsed]
     results = (
         await ctx.service.change_visibility(name, [(h, t) for _, h, t in valid]) if valid else []
     )

@@ -30,7 +30,9 @@ def sqs_json(action: str, params: dict[str, Any]) -> dict[str, Any]:
 
 def json_error(response: httpx.Response) -> str:
     assert response.status_code == 400, response.text[:300]
-    return str(response.json()["__type"]).split("#")[-1]
+    # The code SDKs read (`x-amzn-query-error`), beside the JSON body's type.
+    assert "#" in response.json()["__type"]
+    return response.headers["x-amzn-query-error"].split(";")[0]
 
 
 def query_error(response: httpx.Response) -> str:

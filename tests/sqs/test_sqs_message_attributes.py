@@ -19,28 +19,40 @@ ATTRIBUTES = {
 
 @pytest.mark.parametrize(("names", "expected"), [
     (None, []),
+    ([], []),
     (["All"], sorted(ATTRIBUTES)),
     ([".*"], sorted(ATTRIBUTES)),
-    (["order.*"], ["order.id", "order.total"]),
+    (["*"], sorted(ATTRIBUTES)),  # AWS answers every attribute for "*" too
+    # A prefix is the text before ".*": "order.*" takes "orderly" too, as AWS's
+    # "Hel.*" takes "Hello" beside "Help.Me".
+    (["order.*"], ["order.id", "order.total", "orderly"]),
+    (["ord.*"], ["order.id", "order.total", "orderly"]),
     (["customer"], ["customer"]),
-    (["order.*", "customer"], ["customer", "order.id", "order.total"]),
+    (["order.id", "customer"], ["customer", "order.id"]),
     (["blob.*", "orderly"], ["blob.png", "orderly"]),
     (["order"], []),  # a name, not a prefix
     (["nothing.*", "absent"], []),
+    # Names no attribute can bear match nothing, and are no error.
+    (["AWS."], []),
+    (["..foo"], []),
+    (["..foo", "customer"], ["customer"]),
 ])
 async def test_message_attribute_names_filter(
     sqs: Any, names: list[str] | None, expected: list[str]
 ) -> None:
     url = (await run(sqs.create_queue, QueueName="filters"))["QueueUrl"]
-    await run(sqs.send_message, QueueUrl=url, MessageBody="m", MessageAttributes=ATTRIBUTES)
+    sent = await run(sqs.send_message, QueueUrl=url, MessageBody="m",
+                     MessageAttributes=ATTRIBUTES)
+    assert sent["MD5OfMessageAttributes"] == reference_md5_of_attributes(ATTRIBUTES)
     kwargs: dict[str, Any] = {} if names is None else {"MessageAttributeNames": names}
     (message,) = (await run(sqs.receive_message, QueueUrl=url, **kwargs))["Messages"]
-    got = message.get("MessageAttributes", {})
-    assert sorted(got) == expected
-    assert got == {name: ATTRIBUTES[name] for name in expected}
     if expected:
+        got = message["MessageAttributes"]
+        assert got == {name: ATTRIBUTES[name] for name in expected}
         assert message["MD5OfMessageAttributes"] == reference_md5_of_attributes(got)
     else:
+        # None matching: neither the attributes (not even an empty map) nor their MD5.
+        assert "MessageAttributes" not in message
         assert "MD5OfMessageAttributes" not in message
 
 
@@ -90,3 +102,56 @@ async def test_message_attribute_values_refused(sqs: Any) -> None:
     # Nothing refused was stored: only the batch's good message is there.
     got = await run(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=10)
     assert [m["Body"] for m in got["Messages"]] == ["m"]
+
+
+@pytest.mark.parametrize("name", [
+    "attr.1øßä",  # letters of any script: AWS's own baseline in its recording
+    "Help.Me",
+    "a_b-c.d",
+    "L" * 256,
+])
+async def test_attribute_names_accepted(sqs: Any, name: str) -> None:
+    url = (await run(sqs.create_queue, QueueName="names"))["QueueUrl"]
+    attributes = {name: {"DataType": "String", "StringValue": "v"}}
+    sent = await run(sqs.send_message, QueueUrl=url, MessageBody="m",
+                     MessageAttributes=attributes)
+    assert sent["MD5OfMessageAttributes"] == reference_md5_of_attributes(attributes)
+    (message,) = (await run(sqs.receive_message, QueueUrl=url,
+                            MessageAttributeNames=["All"]))["Messages"]
+    assert message["MessageAttributes"] == attributes
+
+
+@pytest.mark.parametrize("name", [
+    "aWs.-Invalid-attr", "AMAZON.-Invalid-attr", ".-Invalid-attr", "Invalid.",
+    "Invalid..Name", "Invalid-!-attr", 'Invalid-"-attr', "Invalid-§-attr",
+    "Invalid-(-attr", "Invalid-?-attr", "L" * 257,
+])
+async def test_attribute_names_refused(sqs: Any, name: str) -> None:
+    url = (await run(sqs.create_queue, QueueName="names"))["QueueUrl"]
+    assert await refusal(
+        sqs.send_message, QueueUrl=url, MessageBody="m",
+        MessageAttributes={name: {"DataType": "String", "StringValue": "v"}},
+    ) == ("InvalidParameterValue", f"Message attribute name '{name}' is invalid.")
+
+
+async def test_refused_name_echoed_as_xml_can_carry_it(sqs: Any) -> None:
+    # A control character in a refused name is left out of the error's words: a
+    # Query answer echoing it would be no XML at all.
+    url = (await run(sqs.create_queue, QueueName="names"))["QueueUrl"]
+    assert await refusal(
+        sqs.send_message, QueueUrl=url, MessageBody="m",
+        MessageAttributes={f"bad{chr(8)}name": {"DataType": "String", "StringValue": "v"}},
+    ) == ("InvalidParameterValue", "Message attribute name 'badname' is invalid.")
+
+
+@pytest.mark.parametrize("data_type", ["Invalid", "Number." + "L" * 256, "string"])
+async def test_attribute_types_refused(sqs: Any, data_type: str) -> None:
+    url = (await run(sqs.create_queue, QueueName="types"))["QueueUrl"]
+    assert await refusal(
+        sqs.send_message, QueueUrl=url, MessageBody="m",
+        MessageAttributes={"Attribute_name": {"DataType": data_type, "StringValue": "1"}},
+    ) == (
+        "InvalidParameterValue",
+        "The type of message attribute 'Attribute_name' is invalid. You must use only the "
+        "following supported type prefixes: Binary, Number, String.",
+    )
