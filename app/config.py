@@ -426,7 +426,9 @@ class Settings(BaseSettings):
             names = [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
             return None if "*" in names else names
         if self.is_loopback():
-            return ["localhost", "127.0.0.1", "[::1]"]
+            # *.localhost names resolve to loopback only (RFC 6761), as SQS
+            # clients build them (sqs.us-east-1.localhost): no rebinding risk.
+            return ["localhost", "*.localhost", "127.0.0.1", "[::1]"]
         return None
 
     def origins(self) -> list[str]:

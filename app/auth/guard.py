@@ -209,6 +209,8 @@ class Guard:
         self._keys = keys
         self._limiter = limiter
         self._hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
+        # "*.example.com" allows every name under example.com.
+        self._host_suffixes = tuple(h[1:] for h in self._hosts or () if h.startswith("*."))
         self._origins = set(allowed_origins)
         self._open_paths = open_paths
         self._refuse = refuse
@@ -259,7 +261,8 @@ class Guard:
             return
         host = headers.get(b"host", b"").decode("latin-1").lower()
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if name not in self._hosts:
+        if name not in self._hosts and not (
+                self._host_suffixes and name.endswith(self._host_suffixes)):
             raise HostNotAllowed(
                 f"Host {host[:100]!r} is not one this service answers to (LEASEQ_ALLOWED_HOSTS)."
             )

@@ -337,6 +337,11 @@ class QueueCatalog:
             await _announce_change(session, current.id)
             return updated
 
+    async def names_of(self, ids: set[int]) -> dict[int, str]:
+        """The names of the queues by these ids that still exist."""
+        rows = await self._db.fetch(Q.queue_names, {"ids": sorted(ids)})
+        return {row["id"]: row["name"] for row in rows}
+
     async def dead_letter_sources(self, name: str) -> list[str]:
         """Queues that name this one as their dead-letter queue."""
         async with self._db.transaction() as session:

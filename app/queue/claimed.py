@@ -31,6 +31,7 @@ def claimed(
         ),
         sender_id=row["sender_id"],
         trace_header=row["trace_header"],
+        dead_letter_source_id=row["dead_letter_source_id"],
         receipt_handle=signer.encode(claim),
         claim=claim,
         receive_count=row["receive_count"],

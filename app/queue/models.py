@@ -172,6 +172,7 @@ class ReceivedMessage:
     sequence_number: str | None = None
     deduplication_id: str | None = None
     trace_header: str | None = None  # SQS's AWSTraceHeader, when the sender set one
+    dead_letter_source_id: int | None = None  # the queue it was dead-lettered from
 
 
 @dataclass(frozen=True)

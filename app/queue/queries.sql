@@ -128,6 +128,12 @@ SELECT
 FROM updated AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 
+-- name: queue_names
+-- returns: QueueNameRow
+-- Queues' names by id (the sources of dead-lettered messages, for SQS's
+-- DeadLetterQueueSourceArn).
+SELECT id, name FROM leaseq.queues WHERE id = ANY(CAST(:ids AS bigint[]));
+
 -- name: dead_letter_sources
 -- returns: NameRow
 -- Queues that name this one as their dead-letter queue.
@@ -256,7 +262,7 @@ m.id, m.message_id, m.body, CAST(m.attributes AS text) AS attributes,
 CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
 m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
 m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
-CAST(m.checkpoint AS text) AS checkpoint, m.tenant
+CAST(m.checkpoint AS text) AS checkpoint, m.tenant, m.dead_letter_source_id
 
 -- fragment: dead_letter
 -- What a claim writes to a message it moves to the dead-letter queue instead

@@ -51,6 +51,11 @@ class QueueIdRow(TypedDict):
     redrive_sources: list[str] | None
 
 
+class QueueNameRow(TypedDict):
+    id: int
+    name: str
+
+
 class NameRow(TypedDict):
     name: str
 
@@ -251,6 +256,7 @@ class MessageColumns(TypedDict):
     first_received_at: datetime
     checkpoint: str | None
     tenant: str | None
+    dead_letter_source_id: int | None
 
 
 class ClaimColumns(MessageColumns):

@@ -25,6 +25,7 @@ from app.queue.rows import (
     OutlookRow,
     PeekRow,
     QueueIdRow,
+    QueueNameRow,
     QueueRow,
     QueueStatsRow,
     RedriveBatchRow,
@@ -50,6 +51,7 @@ class Statements(Queries):
     queue_id_by_name: Query[QueueIdRow]
     list_queues: Query[QueueRow]
     update_queue: Query[QueueRow]
+    queue_names: Query[QueueNameRow]
     dead_letter_sources: Query[NameRow]
     redrive_return_queues: Query[NameRow]
     lock_redrive_tasks_of_queue: Query[TaskIdRow]

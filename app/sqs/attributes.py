@@ -292,8 +292,13 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
             "an integer.",
         )
     target = policy["deadLetterTargetArn"]
-    if not isinstance(target, str):
-        raise SqsError("InvalidAttributeValue", "deadLetterTargetArn must be a string.")
+    parts = target.split(":") if isinstance(target, str) else []
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not parts[5]:
+        raise SqsError(  # SQS's words, as recorded
+            "InvalidParameterValue",
+            f"Value {value[:1000]} for parameter RedrivePolicy is invalid. Reason: Invalid "
+            f"value for deadLetterTargetArn.",
+        )
     dead_letter_queue = ctx.name_from_arn(target, "deadLetterTargetArn")
     if is_fifo_name(dead_letter_queue) != fifo:
         raise SqsError(
@@ -383,9 +388,8 @@ async def get_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str
     values = queue_attributes(ctx, queue, stats)
     if "All" not in wanted:
         values = {k: v for k, v in values.items() if k in wanted}
-    # SQS answers the names asked for with a map, empty when none of them is set
-    # (the Query protocol writes an empty result either way).
-    return {"Attributes": values} if wanted else {}
+    # As SQS answers today, an empty map is left out.
+    return {"Attributes": values} if values else {}
 
 
 async def set_queue_attributes(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

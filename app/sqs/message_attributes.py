@@ -24,15 +24,18 @@ _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[^\x00-\x1f]{1,})?$")
 _NAME = re.compile(r"[\w.\-]{1,256}")
 # What MessageAttributeNames asks for every attribute with.
 _EVERY = ("All", ".*", "*")
+DEAD_LETTER_SOURCE = "DeadLetterQueueSourceArn"
 SYSTEM = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     # FIFO queues' messages only.
     "MessageGroupId", "MessageDeduplicationId", "SequenceNumber",
     # Only on messages sent with one.
     md5.TRACE_HEADER,
+    # Only on messages moved to a dead-letter queue: the queue they came from.
+    DEAD_LETTER_SOURCE,
 )
 # Message system attributes SQS may return that leaseq never has.
-SYSTEM_NOT_PRESENT = ("SqsManagedSseEnabled", "DeadLetterQueueSourceArn")
+SYSTEM_NOT_PRESENT = ("SqsManagedSseEnabled",)
 # SQS documents no bound on a trace header (nor counts it in the message size):
 # this one is leaseq's, so that the one uncounted field cannot carry a payload.
 TRACE_HEADER_BYTES = 8192

@@ -192,6 +192,11 @@ def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
+def _batch_result(successful: list[Any], failed: list[Any]) -> dict[str, Any]:
+    # SQS leaves an empty list out of a batch's answer (botocore then has neither).
+    return {k: v for k, v in (("Successful", successful), ("Failed", failed)) if v}
+
+
 def _failure(entry_id: str, error: SqsError) -> dict[str, Any]:
     return {
         "Id": entry_id,
@@ -239,7 +244,7 @@ async def send_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str, 
                 failed.append(_failure(entry_id, await _send_error(ctx, name, result.error)))
             else:
                 successful.append({"Id": entry_id, **_sent(message, result)})
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(successful, failed)
 
 
 def _wait_time(params: dict[str, Any]) -> int | None:
@@ -286,8 +291,16 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
         gone=ctx.gone,
         attempt_id=attempt_id,
     )
+    # The queues dead-lettered messages came from, by name: only when asked for
+    # and some message has one (a lookup that the hot path never makes).
+    sources: dict[int, str] = {}
+    if attributes.DEAD_LETTER_SOURCE in wanted_system:
+        ids = {m.dead_letter_source_id for m in received if m.dead_letter_source_id}
+        if ids:
+            sources = await ctx.service.queues.names_of(ids)
     messages = []
     for message in received:
+        source = sources.get(message.dead_letter_source_id or 0)
         out: dict[str, Any] = {
             "MessageId": message.message_id,
             "ReceiptHandle": message.receipt_handle,
@@ -304,6 +317,7 @@ async def receive_message(ctx: Context, params: dict[str, Any]) -> dict[str, Any
             "MessageDeduplicationId": message.deduplication_id,
             "SequenceNumber": message.sequence_number,
             md5.TRACE_HEADER: attributes.trace_of(message),
+            attributes.DEAD_LETTER_SOURCE: None if source is None else ctx.arn(source),
         }
         chosen_system = {
             k: value for k in wanted_system if (value := system_values[k]) is not None
@@ -397,7 +411,7 @@ async def delete_message_batch(ctx: Context, params: dict[str, Any]) -> dict[str
             successful.append({"Id": entry_id})
         else:
             failed.append(_failure(entry_id, error))
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(successful, failed)
 
 
 async def change_message_visibility(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
@@ -452,4 +466,4 @@ async def change_message_visibility_batch(
             failed.append(_failure(entry_id, refused))
         else:
             successful.append({"Id": entry_id})
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(successful, failed)

@@ -48,7 +48,8 @@ async def test_same_origin_pages_and_plain_clients_pass(app_factory: AppClient) 
     assert (await client.post("/v1/queues", json={"name": "plain"})).status_code == 201
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.2.nip.io"])
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.2.nip.io",
+                                  "localhost.evil.example", "evillocalhost"])
 async def test_dns_rebinding_hosts_are_refused(app_factory: AppClient, host: str) -> None:
     client = await app_factory(allowed_hosts=None)  # the loopback default
     response = await client.get("/v1/queues", headers={"host": host})
@@ -59,7 +60,8 @@ async def test_dns_rebinding_hosts_are_refused(app_factory: AppClient, host: str
     assert sqs.status_code == 400
 
 
-@pytest.mark.parametrize("host", ["localhost", "localhost:8000", "127.0.0.1:9", "[::1]:8000"])
+@pytest.mark.parametrize("host", ["localhost", "localhost:8000", "127.0.0.1:9", "[::1]:8000",
+                                  "sqs.us-east-1.localhost:4566", "a.b.localhost"])
 async def test_loopback_names_are_allowed(app_factory: AppClient, host: str) -> None:
     client = await app_factory(allowed_hosts=None)
     assert (await client.get("/healthz", headers={"host": host})).status_code == 200
@@ -72,6 +74,11 @@ async def test_any_host_when_bound_elsewhere_or_configured(app_factory: AppClien
     assert (await named.get("/healthz", headers={"host": "queue.internal:443"})).status_code \
         == 200
     assert (await named.get("/healthz", headers={"host": "other"})).status_code == 400
+    suffix = await app_factory(allowed_hosts="*.queue.internal")
+    assert (await suffix.get("/healthz", headers={"host": "a.queue.internal"})).status_code \
+        == 200
+    assert (await suffix.get("/healthz", headers={"host": "queue.internal.evil"})).status_code \
+        == 400
 
 
 async def test_cors_is_off_unless_origins_are_configured(app_factory: AppClient) -> None:
@@ -95,7 +102,8 @@ async def test_cors_is_off_unless_origins_are_configured(app_factory: AppClient)
 def test_settings_default_hosts() -> None:
     from app.config import Settings
 
-    assert Settings(host="127.0.0.1").host_allow_list() == ["localhost", "127.0.0.1", "[::1]"]
+    assert Settings(host="127.0.0.1").host_allow_list() == [
+        "localhost", "*.localhost", "127.0.0.1", "[::1]"]
     assert Settings(host="::1").host_allow_list() is not None
     assert Settings(host="0.0.0.0").host_allow_list() is None
     assert Settings(host="0.0.0.0", allowed_hosts="a,b").host_allow_list() == ["a", "b"]

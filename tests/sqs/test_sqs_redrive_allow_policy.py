@@ -68,12 +68,10 @@ async def test_stored_returned_and_removed(sqs: Any) -> None:
         assert await _allow_policy(sqs, url) == text
     await run(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedriveAllowPolicy": ""})
     assert await _allow_policy(sqs, url) is None
-    # Asked for by name and unset: an empty map on JSON, as SQS answers (the Query
-    # protocol's empty result reads as no map at all).
+    # Asked for by name and unset: no map at all, as SQS leaves empty ones out.
     got = await run(sqs.get_queue_attributes, QueueUrl=url,
                     AttributeNames=["RedriveAllowPolicy"])
-    assert got.get("Attributes", {}) == {}
-    assert ("Attributes" in got) == (sqs.meta.service_model.protocol == "json")
+    assert "Attributes" not in got
 
 
 async def test_malformed_policies(sqs: Any) -> None:
@@ -163,3 +161,26 @@ async def test_enforced_on_the_rest_api(sqs: Any, served: tuple[str, Any]) -> No
         created = await rest.post("/v1/queues", json={
             "name": "allowed", "dead_letter_queue": "dlq", "max_receive_count": 2})
         assert created.status_code == 201, created.text
+
+
+async def test_a_redrive_policy_naming_no_arn(sqs: Any) -> None:
+    url = await _queue(sqs, "source")
+    for target in ("dead", "arn:aws:sqs:us-east-1", 5):
+        policy = json.dumps({"deadLetterTargetArn": target, "maxReceiveCount": 3})
+        assert await refused(sqs.set_queue_attributes, QueueUrl=url,
+                             Attributes={"RedrivePolicy": policy}) == (
+            "InvalidParameterValue",
+            f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Invalid value for "
+            f"deadLetterTargetArn.")
+
+
+async def test_empty_batch_lists_are_left_out(sqs: Any) -> None:
+    url = await _queue(sqs, "batches")
+    sent = await run(sqs.send_message_batch, QueueUrl=url,
+                     Entries=[{"Id": "a", "MessageBody": "x"}])
+    assert [e["Id"] for e in sent["Successful"]] == ["a"]
+    assert "Failed" not in sent  # as SQS answers now: no empty list
+    failed = await run(sqs.delete_message_batch, QueueUrl=url,
+                       Entries=[{"Id": "b", "ReceiptHandle": "garbled"}])
+    assert [e["Id"] for e in failed["Failed"]] == ["b"]
+    assert "Successful" not in failed

@@ -245,6 +245,17 @@ async def test_dead_letter_queue_keeps_attributes(sqs: Any) -> None:
     assert system["AWSTraceHeader"] == TRACE
     assert system["ApproximateReceiveCount"] == "2"  # the count goes on, as on SQS
     assert {"SenderId", "SentTimestamp", "ApproximateFirstReceiveTimestamp"} <= set(system)
+    # Where it came from, as SQS tells (asked for by name too); a message sent to
+    # the queue itself has none.
+    assert system["DeadLetterQueueSourceArn"] == arn.replace(":dead", ":source")
+    await run(sqs.change_message_visibility, QueueUrl=dlq,
+              ReceiptHandle=dead["ReceiptHandle"], VisibilityTimeout=0)
+    await run(sqs.send_message, QueueUrl=dlq, MessageBody="direct")
+    got = (await run(sqs.receive_message, QueueUrl=dlq, MaxNumberOfMessages=10,
+                     VisibilityTimeout=0, AttributeNames=["DeadLetterQueueSourceArn"]))["Messages"]
+    assert sorted((m["Body"], m.get("Attributes")) for m in got) == [
+        ("direct", None), ("poison", {"DeadLetterQueueSourceArn": system[
+            "DeadLetterQueueSourceArn"]})]
 
 
 async def test_body_characters_outside_sqs_s_set(sqs: Any) -> None:
