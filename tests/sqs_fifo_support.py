@@ -18,6 +18,15 @@ async def refused(call: Any, **kwargs: Any) -> tuple[str, str]:
     return str(error["Code"]), str(error["Message"])
 
 
+async def refusal(call: Any, **kwargs: Any) -> tuple[str, str, int]:
+    """(code, message, HTTP status) of a call that must fail."""
+    with pytest.raises(ClientError) as info:
+        await run(call, **kwargs)
+    response = info.value.response
+    return (str(response["Error"]["Code"]), str(response["Error"]["Message"]),
+            int(response["ResponseMetadata"]["HTTPStatusCode"]))
+
+
 async def fifo_queue(sqs: Any, name: str = "orders.fifo", **attributes: str) -> str:
     url: str = (await run(sqs.create_queue, QueueName=name,
                           Attributes={"FifoQueue": "true", **attributes}))["QueueUrl"]

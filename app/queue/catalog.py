@@ -96,6 +96,7 @@ def _queue_from_row(row: QueueRow) -> Queue:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         dead_letter_queue_id=row["dead_letter_queue_id"],
+        deduplicates_by=row["deduplicates_by"],
     )
 
 

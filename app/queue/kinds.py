@@ -34,7 +34,7 @@ class QueueKind:
     send: Grouped[tuple[int, int], Any, list[Any]]
     send_key: Callable[[Queue], tuple[int, int]]
     """What one send statement shares besides the queue (the key of its line)."""
-    outgoing: Callable[[QueueAttributes, OutgoingMessage], Any]
+    outgoing: Callable[[Queue, OutgoingMessage], Any]
     """A checked message as the kind's send statement takes it."""
     send_notice: Callable[[Queue, list[Any]], Ready]
     """What the send statement announced (in SQL), worked out again for this

@@ -76,6 +76,9 @@ class Queue:
     created_at: datetime
     updated_at: datetime
     dead_letter_queue_id: int | None = None
+    deduplicates_by: str = "queue"
+    """The deduplication scope a FIFO queue was created with, which it keeps
+    deduplicating by whatever its attribute says later (SQS's behaviour)."""
     kind: QueueKind = field(init=False, repr=False, compare=False)
     """Standard or FIFO: its statements and rules (app/queue/kinds.py), chosen
     here, once, from the attributes."""

@@ -22,7 +22,7 @@ q.id, q.name, q.visibility_timeout, q.message_retention, q.delay, q.receive_wait
 q.max_message_bytes, q.dead_letter_queue_id, d.name AS dead_letter_queue,
 q.max_receive_count, q.retry_initial, q.retry_multiplier, q.retry_max, q.retry_jitter,
 q.fifo, q.content_based_deduplication, q.deduplication_scope, q.fifo_throughput_limit,
-q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
+q.deduplicates_by, q.policy, q.kms_master_key_id, q.kms_data_key_reuse_period, q.sqs_managed_sse,
 q.redrive_allow_policy, q.redrive_sources,
 q.fair, q.fair_in_flight_share, q.fair_in_flight_min, q.fair_processing_share,
 q.created_at, q.updated_at
@@ -35,7 +35,7 @@ WITH created AS (
                         max_message_bytes, dead_letter_queue_id, max_receive_count,
                         retry_initial, retry_multiplier, retry_max, retry_jitter, tags,
                         fifo, content_based_deduplication, deduplication_scope,
-                        fifo_throughput_limit, policy, kms_master_key_id,
+                        deduplicates_by, fifo_throughput_limit, policy, kms_master_key_id,
                         kms_data_key_reuse_period, sqs_managed_sse, redrive_allow_policy,
                         redrive_sources, fair_in_flight_share, fair_in_flight_min,
                         fair_processing_share)
@@ -43,7 +43,7 @@ WITH created AS (
             :max_message_bytes, :dead_letter_queue_id, :max_receive_count,
             :retry_initial, :retry_multiplier, :retry_max, :retry_jitter,
             CAST(:tags AS jsonb), :fifo, :content_based_deduplication, :deduplication_scope,
-            :fifo_throughput_limit, :policy, :kms_master_key_id, :kms_data_key_reuse_period,
+            :deduplication_scope, :fifo_throughput_limit, :policy, :kms_master_key_id, :kms_data_key_reuse_period,
             :sqs_managed_sse, :redrive_allow_policy, :redrive_sources, :fair_in_flight_share,
             :fair_in_flight_min, :fair_processing_share)
     ON CONFLICT (name) DO NOTHING

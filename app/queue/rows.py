@@ -31,6 +31,7 @@ class QueueRow(TypedDict):
     content_based_deduplication: bool
     deduplication_scope: str
     fifo_throughput_limit: str
+    deduplicates_by: str
     policy: str | None
     kms_master_key_id: str | None
     kms_data_key_reuse_period: int

@@ -16,7 +16,6 @@ from app.queue.models import (
     EntryError,
     OutgoingMessage,
     Queue,
-    QueueAttributes,
     SentMessage,
 )
 
@@ -48,7 +47,7 @@ _Out = TypeVar("_Out")
 def accept(
     queue: Queue,
     messages: Sequence[OutgoingMessage],
-    prepare: Callable[[QueueAttributes, OutgoingMessage], _Out],
+    prepare: Callable[[Queue, OutgoingMessage], _Out],
 ) -> tuple[list[SentMessage | EntryError | None], list[int], list[_Out]]:
     """Each message checked and prepared for its INSERT: a result per message
     (an entry's error, or None until the INSERT fills it in), the indexes of the
@@ -63,7 +62,7 @@ def accept(
                     f"Message is larger than the queue's max_message_bytes "
                     f"({queue.attributes.max_message_bytes})."
                 )
-            outgoing.append(prepare(queue.attributes, message))
+            outgoing.append(prepare(queue, message))
         except QueueError as exc:
             results.append(EntryError(exc))
             continue
@@ -72,7 +71,7 @@ def accept(
     return results, accepted, outgoing
 
 
-def standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Outgoing:
+def standard_outgoing(queue: Queue, message: OutgoingMessage) -> Outgoing:
     """A message for a standard queue, checked."""
     if message.delay is not None:
         check_range("delay", message.delay, limits.DELAY)
@@ -87,17 +86,17 @@ def standard_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> 
         attributes=flat,
         attribute_types=types,
         sender_id=message.sender_id,
-        delay=attributes.delay if message.delay is None else message.delay,
+        delay=queue.attributes.delay if message.delay is None else message.delay,
         not_before=message.not_before,
         trace_header=message.trace_header,
         tenant=tenant,
     )
 
 
-def fair_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Outgoing:
+def fair_outgoing(queue: Queue, message: OutgoingMessage) -> Outgoing:
     """A message for a fair queue: as for a standard one, its tenant '' when it
     names none (each such message is its own tenant, never a noisy one)."""
-    outgoing = standard_outgoing(attributes, message)
+    outgoing = standard_outgoing(queue, message)
     return outgoing if outgoing.tenant is not None else outgoing._replace(tenant="")
 
 
@@ -109,7 +108,7 @@ def _check_group(group: str) -> None:
         )
 
 
-def fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> FifoOutgoing:
+def fifo_outgoing(queue: Queue, message: OutgoingMessage) -> FifoOutgoing:
     """A message for a FIFO queue, checked as SQS checks it."""
     if message.delay is not None or message.not_before is not None:
         raise InvalidParameter(
@@ -122,7 +121,7 @@ def fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Fifo
     _check_group(group)
     deduplication_id = message.deduplication_id
     if deduplication_id is None:
-        if not attributes.content_based_deduplication:
+        if not queue.attributes.content_based_deduplication:
             raise MissingParameter(
                 "deduplication_id",
                 "This FIFO queue has no content-based deduplication: a message sent to it "
@@ -140,7 +139,7 @@ def fifo_outgoing(attributes: QueueAttributes, message: OutgoingMessage) -> Fifo
         attribute_types=types,
         sender_id=message.sender_id,
         group_id=group,
-        scope=group if attributes.deduplication_scope == "message_group" else "",
+        scope=group if queue.deduplicates_by == "message_group" else "",
         deduplication_id=deduplication_id,
         trace_header=message.trace_header,
     )

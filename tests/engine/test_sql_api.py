@@ -238,6 +238,24 @@ async def test_fifo_deduplication_holds_across_sql_and_rest_sends(
     assert [m["body"] for m in received] == ["placed", "shipped"]  # the group, in order
 
 
+async def test_fifo_deduplication_keeps_the_scope_the_queue_was_created_with(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    # Created per group, switched to the queue: both doors still deduplicate per
+    # group, as SQS does (migration 0017).
+    queue = await make_queue(client, "tenants.fifo", fifo=True,
+                             deduplication_scope="message_group")
+    switched = await client.patch(f"/v1/queues/{queue}", json={"deduplication_scope": "queue"})
+    assert switched.json()["attributes"]["deduplication_scope"] == "queue"
+    one = await sql_send(db, queue, "a", group="g-1", deduplication_id="same")
+    two = await sql_send(db, queue, "b", group="g-2", deduplication_id="same")
+    rest = await client.post(f"/v1/queues/{queue}/messages", json={
+        "body": "c", "group": "g-3", "deduplication_id": "same"})
+    assert len({str(one["message_id"]), str(two["message_id"]), rest.json()["message_id"]}) == 3
+    again = await sql_send(db, queue, "a again", group="g-1", deduplication_id="same")
+    assert again["message_id"] == one["message_id"]
+
+
 async def test_a_fifo_acknowledgement_in_sql_frees_the_group(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:

@@ -244,9 +244,9 @@ async def test_a_purge_forgets_the_deduplication_ids(sqs: Any) -> None:
     assert [m["MessageId"] for m in await receive(sqs, content)] == [second["MessageId"]]
 
 
-async def test_switching_to_high_throughput_deduplicates_per_group_from_then_on(
-    sqs: Any,
-) -> None:
+async def test_a_queue_deduplicates_by_the_scope_it_was_created_with(sqs: Any) -> None:
+    # As recorded against SQS: the scope may be switched (high throughput) and
+    # reads back switched, but the queue goes on deduplicating as it was created.
     url = await fifo_queue(sqs)
     names = ["DeduplicationScope", "FifoThroughputLimit"]
     attributes = await run(sqs.get_queue_attributes, QueueUrl=url, AttributeNames=names)
@@ -260,9 +260,16 @@ async def test_switching_to_high_throughput_deduplicates_per_group_from_then_on(
     assert {k: attributes["Attributes"][k] for k in names} == {
         "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"}
     two = await send(sqs, url, "c", "A", dedup="d-2")
-    three = await send(sqs, url, "d", "B", dedup="d-2")
-    assert three["MessageId"] != two["MessageId"]
-    assert (await send(sqs, url, "e", "B", dedup="d-2"))["MessageId"] == three["MessageId"]
-    got = await receive(sqs, url)
-    assert sorted(bodies(got)) == ["a", "c", "d"]
-    assert bodies([m for m in got if m["Body"] != "d"]) == ["a", "c"]
+    assert (await send(sqs, url, "d", "B", dedup="d-2"))["MessageId"] == two["MessageId"]
+    assert (await send(sqs, url, "e", "C", dedup="d-1"))["MessageId"] == one["MessageId"]
+    assert bodies(await receive(sqs, url)) == ["a", "c"]
+
+    # And the other way: created per group, switched to the queue, still per group.
+    grouped = await fifo_queue(sqs, "grouped.fifo", DeduplicationScope="messageGroup",
+                               FifoThroughputLimit="perMessageGroupId")
+    await run(sqs.set_queue_attributes, QueueUrl=grouped, Attributes={
+        "DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"})
+    first = await send(sqs, grouped, "x", "A", dedup="same")
+    second = await send(sqs, grouped, "y", "B", dedup="same")
+    assert first["MessageId"] != second["MessageId"]
+    assert sorted(bodies(await receive(sqs, grouped))) == ["x", "y"]

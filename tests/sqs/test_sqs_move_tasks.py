@@ -11,8 +11,8 @@ import uuid
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 from sqs_clients import ACCOUNT, PROTOCOLS, client, run
+from sqs_fifo_support import refusal
 from support import eventually
 
 REGION = "us-east-1"
@@ -21,15 +21,6 @@ REGION = "us-east-1"
 @pytest.fixture(params=PROTOCOLS)
 def sqs(request: pytest.FixtureRequest, served: tuple[str, Any]) -> Any:
     return client(served[0], str(request.param))
-
-
-async def refusal(call: Any, **kwargs: Any) -> tuple[str, str, int]:
-    """(code, message, HTTP status) of a call that must fail."""
-    with pytest.raises(ClientError) as info:
-        await run(call, **kwargs)
-    response = info.value.response
-    return (str(response["Error"]["Code"]), str(response["Error"]["Message"]),
-            int(response["ResponseMetadata"]["HTTPStatusCode"]))
 
 
 def arn(name: str) -> str:

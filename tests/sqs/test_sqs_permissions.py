@@ -10,21 +10,12 @@ import json
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 from sqs_clients import ACCOUNT, run
+from sqs_fifo_support import refusal
 
 ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}"
 OTHER = "111122223333"
 THIRD = "444455556666"
-
-
-async def refusal(call: Any, **kwargs: Any) -> tuple[str, str, int]:
-    """(code, message, HTTP status) of a call that must fail."""
-    with pytest.raises(ClientError) as info:
-        await run(call, **kwargs)
-    response = info.value.response
-    return (str(response["Error"]["Code"]), str(response["Error"]["Message"]),
-            int(response["ResponseMetadata"]["HTTPStatusCode"]))
 
 
 async def policy(sqs: Any, url: str) -> str | None:
