@@ -53,7 +53,6 @@ ERRORS: dict[str, tuple[str, int]] = {
     # The JSON protocol's answer for a target that names no SQS action (a
     # service framework's error, not SQS's own: see NAMESPACES).
     "UnknownOperationException": ("UnknownOperationException", 400),
-    "MissingAction": ("MissingAction", 400),
     "MissingAuthenticationToken": ("MissingAuthenticationToken", 403),
     "IncompleteSignature": ("IncompleteSignature", 403),
     "InvalidClientTokenId": ("InvalidClientTokenId", 403),
