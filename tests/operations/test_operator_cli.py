@@ -53,13 +53,23 @@ def _cli(service: Service, *args: str, key: str | None = ADMIN, stdin: str | Non
                           capture_output=True, text=True, timeout=60, check=False)
 
 
+_SIGINT_DEFAULT = [
+    sys.executable, "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])",
+]
+
+
 class Terminal:
     """A command on a pseudo-terminal: what it wrote, read as it comes."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.master, replica = pty.openpty()
-        self.proc = subprocess.Popen(args, env=env, stdin=replica, stdout=replica,
-                                     stderr=replica, start_new_session=True)
+        # Ctrl-C's SIGINT as a terminal's foreground job has it: a test run in the
+        # background of a shell without job control inherits it ignored, and
+        # Python then never raises KeyboardInterrupt. The default survives exec.
+        self.proc = subprocess.Popen([*_SIGINT_DEFAULT, *args], env=env, stdin=replica,
+                                     stdout=replica, stderr=replica, start_new_session=True)
         os.close(replica)
         self.output = ""
 
