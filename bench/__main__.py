@@ -431,8 +431,8 @@ def print_fifo(fifo: dict[str, Any]) -> None:
     print(f"FIFO queues, batch {fifo['batch']}, {fifo['clients']} clients, against the standard "
           "queue's REST cycle measured just before them (target for 100 groups: >= 0.50)")
     print(f"{'fifo cycle':<22}{'msg/s':>8}{'/standard':>11}{'lost':>6}{'dup':>5}"
-          f"{'empty rcv':>11}{'claim p99':>11}{'delete p99':>12}{'gen CPU':>9}{'svc CPU':>9}"
-          f"{'db CPU':>8}")
+          f"{'empty rcv':>11}{'msg/rcv':>9}{'claim p99':>11}{'delete p99':>12}{'gen CPU':>9}"
+          f"{'svc CPU':>9}{'db CPU':>8}")
     standard = fifo["standard"]
     for label, row, ratio in [
         ("standard queue", standard, 1.0),
@@ -442,11 +442,13 @@ def print_fifo(fifo: dict[str, Any]) -> None:
         print(f"{label:<22}{row['messages_per_second']:>8.0f}{ratio:>11.2f}{row['lost']:>6}"
               f"{row['duplicated']:>5}"
               f"{100 * row['empty_receives'] / max(row['receives'], 1):>10.0f}%"
+              f"{row.get('claimed', 0) / max(row['receives'], 1):>9.1f}"
               f"{row['claim_p99_ms']:>9.1f}ms{row['delete_p99_ms']:>10.1f}ms"
               f"{row['generator_cpu_percent']:>8.0f}%{row['service_cpu_percent'] or 0:>8.0f}%"
               f"{row['database_cpu_percent'] or 0:>7.0f}%")
     print("  (empty rcv: the receives that found nothing to claim; on a FIFO queue nothing "
-          "more of a group is handed out while a batch of it is in flight)")
+          "more of a group is handed out while a batch of it is in flight; msg/rcv: messages "
+          "a receive took, on average)")
 
 
 def _us_per_request(floor: dict[str, Any]) -> float:

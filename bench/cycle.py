@@ -342,6 +342,7 @@ class Result:
     wal_bytes_per_message: float | None = None
     receives: int = 0
     empty_receives: int = 0  # counted by the rest and fifo clients
+    claimed: int = 0  # messages the receives took, redeliveries counted
     groups: int | None = None  # the fifo cycle's message groups
 
     def as_dict(self) -> dict[str, Any]:
@@ -400,6 +401,7 @@ def run(kind: str, target: Any, queue: Any, *, clients: int, batch: int, seconds
         wal_bytes_per_message=wal_per_message,
         receives=sum(len(s.claim_seconds) for s in shares),
         empty_receives=sum(s.empty_receives for s in shares),
+        claimed=len(claimed),
         groups=groups,
     )
 
