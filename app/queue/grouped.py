@@ -407,9 +407,10 @@ def fifo_claim_params(
         "visibility_timeout": visibility_timeout,
         "retention": queue.attributes.message_retention,
         "wants": wants,
-        # Each receiver but the last takes one group, the last as many as it
-        # wants messages; a few more for groups that turn out not claimable.
-        "lock_groups": len(wants) - 1 + wants[-1] + 10,
+        # Groups are dealt in turn, so a receiver may take one message from
+        # each of as many groups as it wants messages; a few more for groups
+        # that turn out not claimable.
+        "lock_groups": sum(wants) + 10,
         "dead_letter_queue_id": queue.dead_letter_queue_id,
         "max_receive_count": queue.attributes.max_receive_count,
         "delay": queue.attributes.delay,

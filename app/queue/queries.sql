@@ -1095,11 +1095,11 @@ ORDER BY n.ord;
 --      sent), up to the first that is not -- as SQS has it, a message made
 --      visible again goes out while a later one of its group is still in
 --      flight, which that one keeps the rest of the group behind.
---   3. Open groups go to the receivers of :wants (one number each, in order):
---      receiver r < n gets the r-th group; the last receiver gets the rest,
---      in order, up to its number -- a receive takes as many messages of one
---      group as it can, then of the next (as SQS does); a group is never
---      split between two receivers.
+--   3. Open groups are dealt to the receivers of :wants (one number each),
+--      oldest first, in turn: of n receivers, receiver r gets groups r, r + n,
+--      r + 2n, ..., and takes their messages in that order up to its number
+--      -- a receive takes as many messages of one group as it can, then of
+--      the next (as SQS does); a group is never split between two receivers.
 --   4. Those messages (and the lapsed leases of their groups that they leave
 --      behind) are locked, SKIP LOCKED: a group any of whose rows changed
 --      since the snapshot (a late heartbeat, an acknowledgement) is left
@@ -1121,8 +1121,17 @@ WITH looked_at AS (
     LIMIT :lock_groups
     FOR NO KEY UPDATE SKIP LOCKED
 ),
+-- Each locked group's row as the snapshot has it, looked up by key group by
+-- group (joined, a claim of many groups could be planned as a scan of the
+-- queue's every group), once per group.
+seen AS MATERIALIZED (
+    SELECT l.group_id, l.hint,
+           l.version = (SELECT s.version FROM leaseq.message_groups AS s
+                        WHERE s.queue_id = :queue_id AND s.group_id = l.group_id) AS unchanged
+    FROM looked_at AS l
+),
 window_rows AS (
-    SELECT l.group_id, l.hint, l.version = s.version AS unchanged,
+    SELECT l.group_id, l.hint, l.unchanged,
            w.id, w.sequence_number, w.receive_count, w.leased,
            greatest(w.visible_at,
                     w.sent_at + CAST(:delay AS integer) * interval '1 second') AS visible_at,
@@ -1130,8 +1139,7 @@ window_rows AS (
            bool_and(w.visible_at <= statement_timestamp() AND w.sent_at <= statement_timestamp()
                     - CAST(:delay AS integer) * interval '1 second')
                OVER (PARTITION BY l.group_id ORDER BY w.sequence_number) AS ready
-    FROM looked_at AS l
-    JOIN leaseq.message_groups AS s ON s.queue_id = :queue_id AND s.group_id = l.group_id
+    FROM seen AS l
     LEFT JOIN LATERAL (
         SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased, m.sent_at
         FROM leaseq.messages AS m
@@ -1156,16 +1164,16 @@ open AS (
     FROM window_rows AS r
     WHERE r.ready
 ),
-slotted AS (
+dealt AS (
     SELECT o.*,
-           CAST(least(o.group_rank, cardinality(CAST(:wants AS integer[]))) AS integer)
-               AS receiver,
-           CASE WHEN o.group_rank < cardinality(CAST(:wants AS integer[])) THEN o.position
-                ELSE row_number() OVER (
-                         PARTITION BY o.group_rank >= cardinality(CAST(:wants AS integer[]))
-                         ORDER BY o.group_rank, o.position)
-           END AS slot
+           CAST((o.group_rank - 1) % cardinality(CAST(:wants AS integer[])) + 1 AS integer)
+               AS receiver
     FROM open AS o
+),
+slotted AS (
+    SELECT d.*,
+           row_number() OVER (PARTITION BY d.receiver ORDER BY d.group_rank, d.position) AS slot
+    FROM dealt AS d
 ),
 wanted AS (
     SELECT s.id, s.group_id, s.receive_count, s.sequence_number, s.lapsed, s.receiver,

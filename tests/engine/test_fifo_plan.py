@@ -64,12 +64,12 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
     assert any(n.get("Index Name") == "messages_group_order" for n in scans), text
     assert any(n.get("Index Name") == "message_groups_claim" for n in scans), text
     # What the claim read of messages: at most ten rows of each group it locked
-    # (16 + 10 + 9 = 35 groups), not the 100,000 of the backlog.
+    # (sixteen tens and ten more: 170 groups), not the 100,000 of the backlog.
     window = [n for n in scans if n.get("Index Name") == "messages_group_order"]
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in window)
     assert read <= 10 * params["lock_groups"], read
-    # And what it claimed: 16 whole groups of ten (each receiver one group,
-    # the last receiver's ten from its first group).
+    # And what it claimed: 16 whole groups of ten (each receiver's first
+    # group fills its batch).
     claimed = await _claimed(db, sql, args)
     assert claimed == 16 * 10
     # Of the 10,000 groups' rows, those it locked (and looked up again by key).
@@ -77,7 +77,9 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
         n["Actual Rows"] * n["Actual Loops"] for n in scans
         if n.get("Relation Name") == "message_groups"
     )
-    assert groups_read <= 4 * params["lock_groups"], groups_read
+    assert groups_read <= 4 * params["lock_groups"], (groups_read, [
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"], n["Actual Loops"])
+        for n in scans if n.get("Relation Name") == "message_groups"])
 
 
 async def _claimed(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:
@@ -88,3 +90,72 @@ async def _claimed(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:
     finally:
         await tx.rollback()
     return sum(1 for r in rows if r["id"] is not None)
+
+
+async def _fifo_backlog(client: httpx.AsyncClient, db: asyncpg.Connection, name: str,
+                        groups: int, per_group: int) -> Queue:
+    """A FIFO queue of `groups` groups of `per_group` visible messages each,
+    group gN older than gN+1, written straight into the tables."""
+    await make_queue(client, name, fifo=True)
+    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", name)
+    await db.execute(
+        "INSERT INTO leaseq.messages (queue_id, body, visible_at, group_id, sequence_number) "
+        "SELECT $1, 'g' || g || '-' || n, now(), 'g' || g, nextval('leaseq.message_sequence') "
+        "FROM generate_series(1, $2) AS g, generate_series(1, $3) AS n ORDER BY g, n",
+        queue_id, groups, per_group,
+    )
+    await db.execute(
+        "INSERT INTO leaseq.message_groups (queue_id, group_id, visible_at) "
+        "SELECT $1, 'g' || g, now() - interval '1 minute' + g * interval '1 ms' "
+        "FROM generate_series(1, $2) AS g",
+        queue_id, groups,
+    )
+    return Queue(id=queue_id, name=name, attributes=QueueAttributes(
+        visibility_timeout=30, message_retention=345600, delay=0, receive_wait=0,
+        max_message_bytes=1048576, fifo=True,
+    ), created_at=None, updated_at=None)  # type: ignore[arg-type]
+
+
+async def _dealt(db: asyncpg.Connection, queue: Queue, wants: list[int]) -> list[list[str]]:
+    """The bodies each receiver of one claim statement got, in the order given."""
+    params = fifo_claim_params(queue, 30, [Take(n) for n in wants])
+    sql, args = positional("claim_fifo_messages", params)
+    rows = await db.fetch(sql, *args)
+    ids = [r["id"] for r in rows if r["id"] is not None]
+    bodies = dict(await db.fetch(
+        "SELECT id, body FROM leaseq.messages WHERE id = ANY($1)", ids))
+    ordered = sorted((r for r in rows if r["id"] is not None),
+                     key=lambda r: (r["group_rank"], r["sequence_number"]))
+    return [[bodies[r["id"]] for r in ordered if r["receiver"] == n]
+            for n in range(1, len(wants) + 1)]
+
+
+async def test_one_statement_deals_many_small_groups_to_every_receiver(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """Receivers gathered into one claim each fill their batch from several
+    groups, dealt oldest first in turn, as a lone receive does: with 40 groups
+    of one message, three receivers of 3, 10 and 10 take 23 messages."""
+    queue = await _fifo_backlog(client, db, "small.fifo", groups=40, per_group=1)
+    first, second, third = await _dealt(db, queue, [3, 10, 10])
+    assert first == ["g1-1", "g4-1", "g7-1"]
+    assert second == [f"g{g}-1" for g in range(2, 31, 3)]
+    assert third == [f"g{g}-1" for g in range(3, 31, 3)]
+    # The groups left over are claimable by the next statement, oldest first.
+    (rest,) = await _dealt(db, queue, [10])
+    assert rest == ["g10-1", "g13-1", "g16-1", "g19-1", "g22-1", "g25-1", "g28-1",
+                    "g31-1", "g32-1", "g33-1"]
+
+
+async def test_a_group_dealt_to_a_receiver_is_taken_from_its_head_and_never_split(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    """Groups of four to two receivers of ten: each takes two whole groups and
+    the head of a third; no group is split between them, and what is left of a
+    group partly taken stays behind its messages in flight."""
+    queue = await _fifo_backlog(client, db, "big-groups.fifo", groups=8, per_group=4)
+    first, second = await _dealt(db, queue, [10, 10])
+    assert first == [f"g{g}-{n}" for g in (1, 3) for n in range(1, 5)] + ["g5-1", "g5-2"]
+    assert second == [f"g{g}-{n}" for g in (2, 4) for n in range(1, 5)] + ["g6-1", "g6-2"]
+    (rest,) = await _dealt(db, queue, [10])
+    assert rest == [f"g{g}-{n}" for g in (7, 8) for n in range(1, 5)]
