@@ -3,8 +3,9 @@
 Starts an embedded PostgreSQL of its own with `pg_stat_statements` loaded,
 `leaseq serve` on it (DATABASE_URL), and the apart load of bench/apart.py
 (producers and consumers apart, 1,000 messages standing), single messages and
-batches of 10, and the same load on the minimal table (bench/minimal.py). For
-each it prints, per message deleted: every statement's calls, execution time,
+batches of 10, and the same load on the minimal table (bench/minimal.py); with
+`--kinds lockstep fifo`, the lockstep REST cycle of `python -m bench` on a standard
+queue and on a FIFO queue of 100 groups. For each it prints, per message deleted: every statement's calls, execution time,
 rows, WAL bytes and buffers; the rows inserted, updated (and how many of those
 were HOT), deleted and left dead in each table; and the PostgreSQL CPU and WAL
 in all. docs/performance.md reads its output.
@@ -23,7 +24,7 @@ import asyncpg
 import psutil
 
 from app.db.embedded import EmbeddedPostgres, remove
-from bench import apart, minimal
+from bench import apart, cycle, minimal
 from bench._harness import (
     call,
     execute,
@@ -95,8 +96,12 @@ def _one_line(query: str, width: int = 90) -> str:
 
 def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int,
             seconds: float, backlog: int) -> dict[str, Any]:
-    """One row of the apart load: leaseq's REST API (`rest`) or the minimal
-    table in SQL (`minimal`)."""
+    """One row: the apart load on leaseq's REST API (`rest`) or the minimal
+    table in SQL (`minimal`); or the lockstep REST cycle on a standard queue
+    (`lockstep`) or a FIFO queue of 100 groups (`fifo`), as `python -m bench`
+    runs them."""
+    if kind in ("lockstep", "fifo"):
+        return _measure_cycle(kind, url, server, port, batch, seconds)
     if kind == "rest":
         name: Any = f"where-{batch}"
         call(port, "POST", "/v1/queues", {"name": name})
@@ -124,6 +129,42 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
         fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
     else:
         asyncio.run(minimal.drop(url))
+    return _result(kind, batch, seconds, row, statements, tables_before, tables_after,
+                   roles_before, roles_after)
+
+
+def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int,
+                   seconds: float) -> dict[str, Any]:
+    fifo = kind == "fifo"
+    name = f"where-{kind}-{batch}" + (".fifo" if fifo else "")
+    call(port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
+    queue_id = find_queue_id(url, name)
+    remaining = "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1"
+    settle(url, "leaseq.messages", "SELECT pg_stat_statements_reset()")
+    tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
+    roles_before = _cpu_by_role(server, url)
+    before = _postgres_cpu(server)
+    result = cycle.run("fifo" if fifo else "rest", port, name, clients=16, batch=batch,
+                       seconds=seconds, processes=2, groups=100 if fifo else None,
+                       remaining=lambda: fetch_ids(url, remaining, queue_id),
+                       database_cpu=lambda: _postgres_cpu(server) - before,
+                       wal_bytes=wal_counter(url))
+    roles_after = _cpu_by_role(server, url)
+    statements = asyncio.run(_rows(url, _STATEMENTS))
+    tables_after = asyncio.run(_rows(url, _TABLES))
+    fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
+    rate = max(result.messages_per_second, 1e-9)
+    row = {"messages_per_second": rate, "lost": result.lost,
+           "database_us_per_message": 1e4 * (result.database_cpu_percent or 0.0) / rate,
+           "wal_bytes_per_message": result.wal_bytes_per_message or 0.0}
+    return _result(kind, batch, seconds, row, statements, tables_before, tables_after,
+                   roles_before, roles_after)
+
+
+def _result(kind: str, batch: int, seconds: float, row: dict[str, Any],
+            statements: list[asyncpg.Record], tables_before: dict[str, Any],
+            tables_after: list[asyncpg.Record], roles_before: dict[str, float],
+            roles_after: dict[str, float]) -> dict[str, Any]:
     count = max(row["messages_per_second"] * seconds, 1)
     tables = []
     for after in tables_after:
@@ -149,7 +190,9 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
 
 def report(result: dict[str, Any]) -> None:
     row = result["row"]
-    print(f"\n{'leaseq' if result['kind'] == 'rest' else 'minimal table'}, "
+    label = {"rest": "leaseq", "minimal": "minimal table", "lockstep": "leaseq lockstep",
+             "fifo": "leaseq lockstep, FIFO 100 groups"}[result["kind"]]
+    print(f"\n{label}, "
           f"{'single' if result['batch'] == 1 else 'batch 10'}: "
           f"{row['messages_per_second']:.0f} msg/s, PostgreSQL "
           f"{row['database_us_per_message']:.0f} us CPU and "
@@ -174,7 +217,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--backlog", type=int, default=1000)
     parser.add_argument("--kinds", nargs="+", default=["minimal", "rest"],
-                        choices=["minimal", "rest"])
+                        choices=["minimal", "rest", "lockstep", "fifo"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 10], choices=[1, 10])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="leaseq-statements-"))
     server = EmbeddedPostgres(folder, database="leaseq")
@@ -188,7 +232,7 @@ def main() -> None:
         url = server.start()
         asyncio.run(execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         with running_service(env={"DATABASE_URL": url}) as service:
-            for batch in (1, 10):
+            for batch in args.batches:
                 for kind in args.kinds:
                     report(measure(kind, url, server, service.port, batch, args.seconds,
                                    args.backlog))

@@ -182,6 +182,11 @@ class VacuumStateRow(TypedDict):
     live: int
 
 
+class DeadTuplesRow(TypedDict):
+    dead: int
+    live: int
+
+
 class LockedRow(TypedDict):
     locked: bool
 
