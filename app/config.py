@@ -168,11 +168,6 @@ class Settings(BaseSettings):
         description="How often a process checks whether the messages table needs the "
         "VACUUM that autovacuum, when it is off, does not run.",
     )
-    groups_vacuum_check_seconds: float = Field(
-        default=1.0, gt=0,
-        description="How often a process checks whether FIFO queues' message_groups "
-        "table needs a VACUUM (its dead row versions outnumber the live ones by 1,000).",
-    )
     redrive_scan_seconds: float = Field(
         default=10.0, gt=0,
         description="How often a process looks for redrive tasks whose runner died.",

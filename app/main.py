@@ -37,7 +37,7 @@ from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
 from app.queue.service import QueueService
-from app.queue.vacuum import vacuum_forever, vacuum_groups_forever
+from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
 from app.stopping import on_stop_signal
@@ -220,12 +220,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 vacuum_forever(db, settings.vacuum_check_seconds, only_while=maintenance.lock),
                 name="leaseq-vacuum",
-            ),
-            asyncio.create_task(
-                vacuum_groups_forever(
-                    db, settings.groups_vacuum_check_seconds, only_while=maintenance.lock
-                ),
-                name="leaseq-vacuum-groups",
             ),
             asyncio.create_task(
                 FairnessRounds(db).forever(only_while=maintenance.lock),

@@ -990,17 +990,6 @@ SELECT pg_try_advisory_lock(7810756276995031042) AS locked;
 -- name: vacuum_messages
 VACUUM (ANALYZE) leaseq.messages;
 
--- name: groups_vacuum_state
--- returns: DeadTuplesRow
--- The dead and live row versions of message_groups by the cumulative statistics.
-SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live
-FROM pg_class AS c
-LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = CAST('leaseq.message_groups' AS regclass);
-
--- name: vacuum_message_groups
-VACUUM leaseq.message_groups;
-
 -- FIFO queues -------------------------------------------------------------
 --
 -- A FIFO queue's messages belong to message groups. A group has a row in

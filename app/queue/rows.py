@@ -182,11 +182,6 @@ class VacuumStateRow(TypedDict):
     live: int
 
 
-class DeadTuplesRow(TypedDict):
-    dead: int
-    live: int
-
-
 class LockedRow(TypedDict):
     locked: bool
 

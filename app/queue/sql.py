@@ -8,7 +8,6 @@ from app.queue.rows import (
     CheckpointRow,
     ClaimColumns,
     ClaimRow,
-    DeadTuplesRow,
     DeletedRow,
     FairnessRoundRow,
     FairStatsRow,
@@ -90,8 +89,6 @@ class Statements(Queries):
     messages_vacuum_state: Query[VacuumStateRow]
     try_maintenance_lock: Query[LockedRow]
     vacuum_messages: Query[None]
-    groups_vacuum_state: Query[DeadTuplesRow]
-    vacuum_message_groups: Query[None]
     send_fifo_messages: Query[FifoSentRow]
     claim_fifo_messages: Query[FifoClaimRow]
     fifo_outlook: Query[OutlookRow]

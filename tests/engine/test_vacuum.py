@@ -8,12 +8,7 @@ import asyncpg
 import httpx
 from support import eventually, make_queue
 
-from app.queue.vacuum import (
-    DEAD_TUPLES,
-    GROUP_DEAD_TUPLES,
-    vacuum_groups_if_needed,
-    vacuum_if_needed,
-)
+from app.queue.vacuum import DEAD_TUPLES, vacuum_if_needed
 
 STATS = """
 SELECT n_dead_tup, vacuum_count
@@ -62,51 +57,3 @@ async def test_nothing_is_done_below_the_threshold_or_while_autovacuum_runs(
     # Where the server runs autovacuum, it is left to it; where it does not
     # (some CI servers), the table's own setting cannot turn it on.
     assert await vacuum_if_needed(db_) is (not autovacuum)
-
-
-GROUP_STATS = """
-SELECT n_dead_tup, vacuum_count
-FROM pg_stat_user_tables WHERE relid = 'leaseq.message_groups'::regclass
-"""
-
-
-async def _dead_group_rows(db: asyncpg.Connection, queue_id: int, count: int) -> None:
-    await db.execute(
-        "INSERT INTO leaseq.message_groups (queue_id, group_id, visible_at) "
-        "SELECT $1, 'churn-' || n, now() FROM generate_series(1, $2) AS n", queue_id, count,
-    )
-    await db.execute("DELETE FROM leaseq.message_groups WHERE group_id LIKE 'churn-%'")
-    await db.execute("SELECT pg_stat_force_next_flush()")
-
-
-async def test_the_service_vacuums_message_groups_when_its_dead_rows_pile_up(
-    app_factory: Any, db: asyncpg.Connection
-) -> None:
-    """Autovacuum on or off: here off for the table, so that the VACUUM seen is
-    the service's."""
-    await db.execute("ALTER TABLE leaseq.message_groups SET (autovacuum_enabled = false)")
-    client: httpx.AsyncClient = await app_factory(groups_vacuum_check_seconds=0.2)
-    await make_queue(client, "churn.fifo", fifo=True)
-    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'churn.fifo'")
-    before = await db.fetchrow(GROUP_STATS)
-    await _dead_group_rows(db, queue_id, GROUP_DEAD_TUPLES + 500)
-
-    async def vacuumed() -> bool:
-        row = await db.fetchrow(GROUP_STATS)
-        return bool(row["vacuum_count"] > before["vacuum_count"] and row["n_dead_tup"] == 0)
-
-    await eventually(vacuumed)
-
-
-async def test_message_groups_are_left_alone_below_the_threshold(
-    client: httpx.AsyncClient, db: asyncpg.Connection
-) -> None:
-    db_: Any = client.app.state.db  # type: ignore[attr-defined]
-    await make_queue(client, "quiet.fifo", fifo=True)
-    queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'quiet.fifo'")
-    await db.execute("ALTER TABLE leaseq.message_groups SET (autovacuum_enabled = false)")
-    await _dead_group_rows(db, queue_id, 100)
-    assert await vacuum_groups_if_needed(db_) is False
-    await _dead_group_rows(db, queue_id, GROUP_DEAD_TUPLES + 500)
-    assert await vacuum_groups_if_needed(db_) is True
-    assert (await db.fetchrow(GROUP_STATS))["n_dead_tup"] == 0
