@@ -5,10 +5,11 @@ Starts an embedded PostgreSQL of its own with `pg_stat_statements` loaded,
 (producers and consumers apart, 1,000 messages standing), single messages and
 batches of 10, and the same load on the minimal table (bench/minimal.py); with
 `--kinds lockstep fifo`, the lockstep REST cycle of `python -m bench` on a standard
-queue and on a FIFO queue of 100 groups. For each it prints, per message deleted: every statement's calls, execution time,
-rows, WAL bytes and buffers; the rows inserted, updated (and how many of those
-were HOT), deleted and left dead in each table; and the PostgreSQL CPU and WAL
-in all. docs/performance.md reads its output.
+queue and on a FIFO queue of 100 groups. For each it prints, per message
+deleted: every statement's calls, execution time, rows, WAL bytes and
+buffers; the rows inserted, updated (and how many of those were HOT), deleted
+and left dead in each table; and the PostgreSQL CPU and WAL in all.
+docs/performance.md reads its output.
 """
 
 from __future__ import annotations
