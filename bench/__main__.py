@@ -442,7 +442,7 @@ def print_fifo(fifo: dict[str, Any]) -> None:
         print(f"{label:<22}{row['messages_per_second']:>8.0f}{ratio:>11.2f}{row['lost']:>6}"
               f"{row['duplicated']:>5}"
               f"{100 * row['empty_receives'] / max(row['receives'], 1):>10.0f}%"
-              f"{row.get('claimed', 0) / max(row['receives'], 1):>9.1f}"
+              f"{row['claimed'] / max(row['receives'], 1):>9.1f}"
               f"{row['claim_p99_ms']:>9.1f}ms{row['delete_p99_ms']:>10.1f}ms"
               f"{row['generator_cpu_percent']:>8.0f}%{row['service_cpu_percent'] or 0:>8.0f}%"
               f"{row['database_cpu_percent'] or 0:>7.0f}%")

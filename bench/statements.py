@@ -43,6 +43,8 @@ SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
+_REMAINING = "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1"
+_EMPTY = "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id"
 _TABLES = """
 SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup
 FROM pg_stat_user_tables
@@ -109,8 +111,7 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
         queue_id = find_queue_id(url, name)
         prefilled = apart.prefill_rest(port, name, backlog)
         target: Any = port
-        table, remaining = "leaseq.messages", (
-            "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1")
+        table, remaining = "leaseq.messages", _REMAINING
     else:
         asyncio.run(minimal.create(url))
         name = queue_id = 1
@@ -127,7 +128,7 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
     statements = asyncio.run(_rows(url, _STATEMENTS))
     tables_after = asyncio.run(_rows(url, _TABLES))
     if kind == "rest":
-        fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
+        fetch_ids(url, _EMPTY, queue_id)
     else:
         asyncio.run(minimal.drop(url))
     return _result(kind, batch, seconds, row, statements, tables_before, tables_after,
@@ -140,20 +141,18 @@ def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, bat
     name = f"where-{kind}-{batch}" + (".fifo" if fifo else "")
     call(port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
     queue_id = find_queue_id(url, name)
-    remaining = "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1"
     settle(url, "leaseq.messages", "SELECT pg_stat_statements_reset()")
     tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
     roles_before = _cpu_by_role(server, url)
-    before = _postgres_cpu(server)
     result = cycle.run("fifo" if fifo else "rest", port, name, clients=16, batch=batch,
                        seconds=seconds, processes=2, groups=100 if fifo else None,
-                       remaining=lambda: fetch_ids(url, remaining, queue_id),
-                       database_cpu=lambda: _postgres_cpu(server) - before,
+                       remaining=lambda: fetch_ids(url, _REMAINING, queue_id),
+                       database_cpu=lambda: _postgres_cpu(server),
                        wal_bytes=wal_counter(url))
     roles_after = _cpu_by_role(server, url)
     statements = asyncio.run(_rows(url, _STATEMENTS))
     tables_after = asyncio.run(_rows(url, _TABLES))
-    fetch_ids(url, "DELETE FROM leaseq.messages WHERE queue_id = $1 RETURNING id", queue_id)
+    fetch_ids(url, _EMPTY, queue_id)
     rate = max(result.messages_per_second, 1e-9)
     row = {"messages_per_second": rate, "lost": result.lost,
            "database_us_per_message": 1e4 * (result.database_cpu_percent or 0.0) / rate,

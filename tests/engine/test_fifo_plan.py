@@ -24,6 +24,14 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def _fifo(queue_id: int, name: str) -> Queue:
+    """The queue as the claim's parameters need it: FIFO, no delay, no redrive."""
+    return Queue(id=queue_id, name=name, attributes=QueueAttributes(
+        visibility_timeout=30, message_retention=345600, delay=0, receive_wait=0,
+        max_message_bytes=1048576, fifo=True,
+    ), created_at=None, updated_at=None)  # type: ignore[arg-type]
+
+
 async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
@@ -42,10 +50,7 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
     )
     await db.execute("ANALYZE leaseq.messages")
     await db.execute("ANALYZE leaseq.message_groups")
-    queue = Queue(id=queue_id, name="big.fifo", attributes=QueueAttributes(
-        visibility_timeout=30, message_retention=345600, delay=0, receive_wait=0,
-        max_message_bytes=1048576, fifo=True,
-    ), created_at=None, updated_at=None)  # type: ignore[arg-type]
+    queue = _fifo(queue_id, "big.fifo")
     # Sixteen receivers of ten, as group commit gathers them under load.
     params = fifo_claim_params(queue, 30, [Take(10) for _ in range(16)])
     sql, args = positional("claim_fifo_messages", params)
@@ -110,10 +115,7 @@ async def _fifo_backlog(client: httpx.AsyncClient, db: asyncpg.Connection, name:
         "FROM generate_series(1, $2) AS g",
         queue_id, groups,
     )
-    return Queue(id=queue_id, name=name, attributes=QueueAttributes(
-        visibility_timeout=30, message_retention=345600, delay=0, receive_wait=0,
-        max_message_bytes=1048576, fifo=True,
-    ), created_at=None, updated_at=None)  # type: ignore[arg-type]
+    return _fifo(queue_id, name)
 
 
 async def _dealt(db: asyncpg.Connection, queue: Queue, wants: list[int]) -> list[list[str]]:
