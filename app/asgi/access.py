@@ -2,7 +2,12 @@
 
 The line names the route's template (never the path a client chose, nor the query
 string, which may carry a signature), the queue, an SQS action the door knows, the
-status, the latency and the request id. No header and no body is ever logged."""
+status, the latency and the request id. No header and no body is ever logged.
+
+What a client chose (the queue path segment, percent-decoded, and the method) is
+escaped and cut to `FIELD_LIMIT` characters, in the message and in the structured
+fields alike: a line break in a queue name would otherwise end the line and start
+one the client wrote, and a long name would make the line as long as the request."""
 
 from __future__ import annotations
 
@@ -27,6 +32,38 @@ _ID_PREFIX = str(uuid.uuid4())[:24]
 _ID_COUNTER = itertools.count()
 _GIVEN_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,128}")
 _log = logging.getLogger("leaseq.access")
+
+FIELD_LIMIT = 200
+"""The most characters of one client-chosen field an access line carries."""
+
+# Everything but printable ASCII, and the backslash that starts an escape.
+_UNSAFE = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code == 0x5C:
+        return "\\\\"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def loggable(value: str | None) -> str | None:
+    """`value`, a client's, as part of one bounded line: control characters, non-ASCII
+    and the backslash escaped (\\x0a, \\u2028, \\\\), cut to FIELD_LIMIT characters
+    with `...` marking a cut."""
+    if value is None or (len(value) <= FIELD_LIMIT and _UNSAFE.search(value) is None):
+        return value
+    out: list[str] = []
+    size = 0
+    for char in value:  # at most FIELD_LIMIT turns: each adds a character or more
+        piece = _escaped(char) if _UNSAFE.match(char) else char
+        if size + len(piece) > FIELD_LIMIT:
+            return "".join(out) + "..."
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
 
 
 def request_id_of(given: bytes | None) -> str:
@@ -92,15 +129,16 @@ class AccessLog:
     @staticmethod
     def _write(scope: Scope, route: str, action: str | None, status: int, seconds: float,
                request_id: str) -> None:
-        queue = scope.get("path_params", {}).get("queue")
+        queue = loggable(scope.get("path_params", {}).get("queue"))
+        method = loggable(scope["method"])
         latency_ms = round(seconds * 1000, 2)
         where = route if action is None else f"{route} {action}"
         _log.info(
             "%s %s %d %.2fms%s request_id=%s",
-            scope["method"], where, status, latency_ms,
+            method, where, status, latency_ms,
             "" if queue is None else f" queue={queue}", request_id,
             extra={
-                "method": scope["method"], "route": route, "queue": queue, "action": action,
+                "method": method, "route": route, "queue": queue, "action": action,
                 "status": status, "latency_ms": latency_ms, "request_id": request_id,
             },
         )

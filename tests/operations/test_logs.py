@@ -112,3 +112,30 @@ def test_a_served_process_writes_json_lines_only(
     assert access["route"] == "/v1/queues/{queue}/messages" and access["status"] == 201
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
     assert "body-never-logged" not in service.full_log()
+
+
+async def test_a_client_cannot_forge_or_stretch_an_access_line(
+    served: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue name is the client's: a percent-encoded line break in it would
+    otherwise end the line and start one the client wrote, and a long one would
+    make a line as long as the request line may be."""
+    base, _ = served
+    caplog.set_level(logging.INFO, logger="leaseq.access")
+    # No slash in it: the segment must stay one path parameter.
+    forged = "2030-01-01 00:00:00,000 INFO leaseq.access: POST keys 201 0.10ms request_id=x"
+    async with httpx.AsyncClient(base_url=base) as http:
+        for path in (f"/v1/queues/q%0A{forged}%0D%1B[2J", "/v1/queues/" + "n" * 3000,
+                     f"/000000000000/q%0A{forged}"):
+            answer = await http.get(path, headers={"x-request-id": "forge"})
+            assert answer.status_code < 500
+    written = [r for r in caplog.records if r.name == "leaseq.access"]
+    assert len(written) == 3
+    for settings in (Settings(log_format="text"), Settings(log_format="json")):
+        for record in written:
+            line = _formatted(settings, record)
+            assert "\n" not in line and "\r" not in line and "\x1b" not in line, line
+            assert len(line) < 1000, len(line)
+            assert all(len(str(record.__dict__[k] or "")) <= 203 for k in ("queue", "method"))
+    assert [r.queue[:13] for r in written] == ["q\\x0a2030-01-", "n" * 13, "q\\x0a2030-01-"]
+    assert all("\n" not in r.getMessage() for r in written)
