@@ -29,18 +29,26 @@ PgBouncerMode = Literal["off", "session", "transaction"]
 
 
 def parse_credentials(text: str) -> dict[str, str]:
-    """`KEY1:secret1,KEY2:secret2` -> {key: secret}: the keys of LEASEQ_SQS_CREDENTIALS."""
+    """`KEY1:secret1,KEY2:secret2` -> {key: secret}: the keys of LEASEQ_SQS_CREDENTIALS.
+    Each pair is held to what a key's id and secret must be (check_key_secret): it
+    is an admin:* key of both doors. The errors name the pair by its place, never
+    by anything it holds."""
     pairs: dict[str, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
+    where = "LEASEQ_SQS_CREDENTIALS"
+    for place, item in enumerate((i.strip() for i in text.split(",") if i.strip()), 1):
         key, sep, secret = item.partition(":")
-        if not sep or not key.strip() or not secret.strip():
-            raise ValueError("LEASEQ_SQS_CREDENTIALS is ACCESS_KEY:SECRET pairs, comma-separated")
-        pairs[key.strip()] = secret.strip()
+        key, secret = key.strip(), secret.strip()
+        if not sep or not key or not secret:
+            raise ValueError(f"{where} is ACCESS_KEY:SECRET pairs, comma-separated")
+        if not KEY_ID.fullmatch(key):
+            raise ValueError(
+                f"{where}: pair {place} has a key id other than 1 to 128 letters, digits, "
+                "_ and -"
+            )
+        check_key_secret(secret, f"{where}: pair {place}")
+        pairs[key] = secret
     if not pairs:
-        raise ValueError("LEASEQ_SQS_CREDENTIALS names no access key")
+        raise ValueError(f"{where} names no access key")
     return pairs
 
 
@@ -63,6 +71,12 @@ with the settings that name it."""
 
 SECRET_BITS = 256
 """LEASEQ_SECRET's least estimated entropy: 32 bytes, as `openssl rand -hex 32` gives."""
+KEY_SECRET_CHARS = 20
+KEY_SECRET_BITS = 128
+"""A key secret's least estimated entropy (LEASEQ_ADMIN_KEY, LEASEQ_SQS_CREDENTIALS):
+a generated key's 40 characters estimate 238 bits and an AWS secret access key's
+about as many; 128 is 32 hex digits or 22 random letters and digits, and what a
+word, a short or a repetitive value estimates stays below it."""
 
 
 def estimated_bits(text: str) -> float:
@@ -89,9 +103,20 @@ def check_admin_key(token: str, where: str) -> str:
         raise ValueError(
             f"{where} must be <key id>.<secret>, the key id of letters, digits, _ and -"
         )
-    if len(secret) < 20:
-        raise ValueError(f"{where}: the secret after the key id must be at least 20 characters")
+    check_key_secret(secret, f"{where}: the secret after the key id")
     return token
+
+
+def check_key_secret(secret: str, where: str) -> None:
+    """ValueError unless `secret` is as strong as a generated key's; the message
+    names `where`, never the secret."""
+    if len(secret) < KEY_SECRET_CHARS:
+        raise ValueError(f"{where} must be at least {KEY_SECRET_CHARS} characters")
+    if estimated_bits(secret) < KEY_SECRET_BITS:
+        raise ValueError(
+            f"{where} is too weak: it needs at least {KEY_SECRET_BITS} bits of entropy, "
+            "such as 32 hex digits (make one: openssl rand -hex 20)"
+        )
 
 
 class Settings(BaseSettings):

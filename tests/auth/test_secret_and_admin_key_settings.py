@@ -68,3 +68,35 @@ def test_an_admin_key_file_must_hold_a_key(tmp_path: Path) -> None:
     good = tmp_path / "key"
     good.write_text(GOOD_KEY + "\n")
     assert Settings(admin_key_file=good).bootstrap_admin_key() == GOOD_KEY
+
+
+AWS_STYLE = "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize("weak", [
+    "any:any", "AKIDONE:secret-one", "AKIDONE:" + "ab" * 20, "AKIDONE:passwordpassword1234",
+    "AKIDONE:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "AKIDONE:0123456789abcdef01234",
+])
+def test_weak_sqs_credentials_are_refused_without_showing_them(weak: str) -> None:
+    with pytest.raises(ValidationError, match="LEASEQ_SQS_CREDENTIALS") as info:
+        Settings(sqs_credentials=f"{AWS_STYLE},{weak}")
+    # What `leaseq serve` prints (the messages, never pydantic's echo of the input).
+    shown = " ".join(str(error["msg"]) for error in info.value.errors())
+    assert "pair 2" in shown and weak.partition(":")[2] not in shown
+
+
+@pytest.mark.parametrize("bad_id", ["bad id", "AKID/ONE", "ключ", "x" * 129])
+def test_sqs_credentials_need_a_key_id_shape(bad_id: str) -> None:
+    with pytest.raises(ValidationError, match=r"LEASEQ_SQS_CREDENTIALS.*key id"):
+        Settings(sqs_credentials=f"{bad_id}:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+
+
+def test_strong_sqs_credentials_are_taken() -> None:
+    generated = "LQGENERATEDKEY000001:Zq3_x8VbN1-kPf0wYt7uLr2sHc9aJe4dMg6iWo5n"
+    settings = Settings(sqs_credentials=f"{AWS_STYLE}, {generated}")
+    assert settings.sqs_credentials is not None
+
+
+def test_a_weak_admin_key_secret_is_refused() -> None:
+    with pytest.raises(ValidationError, match="LEASEQ_ADMIN_KEY"):
+        Settings(admin_key="LQWEAKADMIN.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")

@@ -18,7 +18,9 @@ from sqs_clients import client, error_code, run
 
 from app.config import Settings
 
-KEYS = "AKIDONE:secret-one, AKIDTWO:secret-two"
+ONE = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+TWO = "Zq3_x8VbN1-kPf0wYt7uLr2sHc9aJe4dMg6iWo5n"
+KEYS = f"AKIDONE:{ONE}, AKIDTWO:{TWO}"
 
 
 @pytest.fixture
@@ -29,26 +31,26 @@ async def signed(serve_factory: ServeApp) -> str:
 
 @pytest.mark.parametrize("protocol", ["json", "query"])
 async def test_signed_requests_work_and_others_are_refused(signed: str, protocol: str) -> None:
-    good = client(signed, protocol, key="AKIDTWO", secret="secret-two")
+    good = client(signed, protocol, key="AKIDTWO", secret=TWO)
     url = (await run(good.create_queue, QueueName="signed"))["QueueUrl"]
     await run(good.send_message, QueueUrl=url, MessageBody="hello ✓")
     got = await run(good.receive_message, QueueUrl=url, AttributeNames=["SenderId"])
     assert got["Messages"][0]["Body"] == "hello ✓"
     assert got["Messages"][0]["Attributes"]["SenderId"] == "AKIDTWO"
 
-    wrong_secret = client(signed, protocol, key="AKIDONE", secret="secret-two")
+    wrong_secret = client(signed, protocol, key="AKIDONE", secret=TWO)
     with pytest.raises(ClientError) as info:
         await run(wrong_secret.list_queues)
     assert error_code(info.value) == "SignatureDoesNotMatch"
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
 
-    unknown = client(signed, protocol, key="AKIDNOBODY", secret="secret-one")
+    unknown = client(signed, protocol, key="AKIDNOBODY", secret=ONE)
     with pytest.raises(ClientError) as info:
         await run(unknown.list_queues)
     assert error_code(info.value) == "InvalidClientTokenId"
 
     # A signature scoped to another region than LEASEQ_SQS_REGION's.
-    elsewhere = client(signed, protocol, key="AKIDTWO", secret="secret-two", region="eu-west-1")
+    elsewhere = client(signed, protocol, key="AKIDTWO", secret=TWO, region="eu-west-1")
     with pytest.raises(ClientError) as info:
         await run(elsewhere.list_queues)
     assert error_code(info.value) == "SignatureDoesNotMatch"
@@ -57,9 +59,9 @@ async def test_signed_requests_work_and_others_are_refused(signed: str, protocol
 
 async def test_the_configured_region_is_the_one_signed_for(serve_factory: ServeApp) -> None:
     endpoint, _ = await serve_factory(sqs_credentials=KEYS, sqs_region="eu-west-1")
-    here = client(endpoint, "json", key="AKIDONE", secret="secret-one", region="eu-west-1")
+    here = client(endpoint, "json", key="AKIDONE", secret=ONE, region="eu-west-1")
     await run(here.create_queue, QueueName="regional")
-    there = client(endpoint, "json", key="AKIDONE", secret="secret-one", region="us-east-1")
+    there = client(endpoint, "json", key="AKIDONE", secret=ONE, region="us-east-1")
     with pytest.raises(ClientError) as info:
         await run(there.list_queues)
     assert error_code(info.value) == "SignatureDoesNotMatch"
@@ -77,7 +79,7 @@ def _signed_request(endpoint: str, body: bytes, secret: str) -> AWSRequest:
 
 async def test_the_body_is_signed_and_unsigned_requests_are_refused(signed: str) -> None:
     async with httpx.AsyncClient() as http:
-        request = _signed_request(signed, b"{}", "secret-one")
+        request = _signed_request(signed, b"{}", ONE)
         ok = await http.post(signed + "/", content=b"{}", headers=dict(request.headers))
         assert ok.status_code == 200, ok.text
         # The same signature over another body.
@@ -91,7 +93,7 @@ async def test_the_body_is_signed_and_unsigned_requests_are_refused(signed: str)
         # A service other than sqs in the credential scope.
         other = AWSRequest(method="POST", url=signed + "/", data=b"{}", headers={
             "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
-        SigV4Auth(Credentials("AKIDONE", "secret-one"), "s3", "us-east-1").add_auth(other)
+        SigV4Auth(Credentials("AKIDONE", ONE), "s3", "us-east-1").add_auth(other)
         refused = await http.post(signed + "/", content=b"{}", headers=dict(other.headers))
         assert refused.status_code == 403
 
