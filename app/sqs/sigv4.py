@@ -92,6 +92,18 @@ def is_presigned(query_string: str) -> bool:
     return "X-Amz-Signature=" in query_string or "X-Amz-Algorithm=" in query_string
 
 
+def is_whole_presigned(query_string: str, *, now: datetime) -> bool:
+    """Whether a request's URL carries a presigned signature whole: every part in
+    form, X-Amz-Date in its window, `host` signed. Open (no key exists), no
+    signature is checked; this is what tells a presigned URL from a link that
+    only names X-Amz-Signature, which any page can make a browser follow."""
+    try:
+        _parse_presigned(query_string, now=now)
+    except SqsError:
+        return False
+    return True
+
+
 def parse(
     by_name: Mapping[str, list[str]], query_string: str, *, now: datetime, json_protocol: bool
 ) -> Signed:

@@ -12,7 +12,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from conftest import ServeApp
-from sqs_clients import ACCOUNT
+from sqs_clients import ACCOUNT, client, run
 
 
 async def test_a_state_changing_get_from_another_sites_page_is_refused(
@@ -102,6 +102,47 @@ async def test_query_protocol_over_get(served: tuple[str, Any], db: Any) -> None
             answer = await http.request(method, path + "?Action=ListQueues")
             assert answer.status_code == 405, (method, path, answer.text)
             assert set(answer.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+async def test_open_mode_takes_a_changing_get_only_with_a_whole_presigned_signature(
+    served: tuple[str, Any], db: Any,
+) -> None:
+    """Open (no key exists), no signature is checked, so what makes a GET "signed"
+    is its form: a page of another site can name a query parameter, so a GET whose
+    query string merely mentions X-Amz-Signature is an unsigned one. A complete
+    presigned signature (as botocore writes one) is taken, as SQS takes it."""
+    base, _ = served
+    sqs = client(base, "query")
+    url = (await run(sqs.create_queue, QueueName="kept"))["QueueUrl"]
+    await run(sqs.send_message, QueueUrl=url, MessageBody="keep me")
+    credential = "AKIDLEASEQTEST%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request"
+    async with httpx.AsyncClient() as http:
+        for signature in (
+            "X-Amz-Signature=x",
+            "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+            # Every part but one, or every part out of form or time.
+            f"X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={credential}"
+            "&X-Amz-Date=20261201T000000Z&X-Amz-SignedHeaders=host&X-Amz-Signature="
+            + "0" * 64,
+            f"X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={credential}"
+            "&X-Amz-Date=20261201T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+            "&X-Amz-Signature=" + "0" * 64,  # long expired
+            "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=x&X-Amz-Date=x"
+            "&X-Amz-Expires=60&X-Amz-SignedHeaders=x&X-Amz-Signature=x",
+        ):
+            answer = await http.get(f"{base}/?Action=PurgeQueue&QueueUrl={url}&{signature}")
+            assert answer.status_code == 400, (signature, answer.text)
+            assert "<Code>AWS.SimpleQueueService.UnsupportedOperation</Code>" in answer.text
+        assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 1
+        link = sqs.generate_presigned_url(
+            "send_message", Params={"QueueUrl": url, "MessageBody": "by a link"},
+            ExpiresIn=600, HttpMethod="GET")
+        sent = await http.get(link)
+        assert sent.status_code == 200 and "<MessageId>" in sent.text, sent.text
+        purge = sqs.generate_presigned_url(
+            "purge_queue", Params={"QueueUrl": url}, ExpiresIn=600, HttpMethod="GET")
+        assert (await http.get(purge)).status_code == 200
+    assert await db.fetchval("SELECT count(*) FROM leaseq.messages") == 0
 
 
 KEY_ID = "LQBOOTSTRAPADMIN0001"
