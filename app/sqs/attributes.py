@@ -185,7 +185,7 @@ def check_policy(text: str) -> None:
     denying. Checked, not interpreted: nothing here enforces it."""
     try:
         policy = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit
         policy = None
     statements = policy.get("Statement") if isinstance(policy, dict) else None
     if isinstance(statements, dict):
@@ -215,7 +215,7 @@ def _redrive_allow_policy(ctx: Context, value: str) -> dict[str, Any]:
         return {"redrive_allow_policy": None, "redrive_sources": None}
     try:
         policy = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit
         policy = None
     arns = policy.get("sourceQueueArns") if isinstance(policy, dict) else None
     if (
@@ -274,7 +274,7 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
         return {"dead_letter_queue": None, "max_receive_count": None}
     try:
         policy = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit
         policy = None
     if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
         raise SqsError(

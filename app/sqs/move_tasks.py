@@ -182,7 +182,7 @@ def _read_handle(handle: str) -> tuple[str, str]:
     try:
         decoded = json.loads(base64.b64decode(handle.encode(), validate=True))
         task_id, source_arn = decoded["taskId"], decoded["sourceArn"]
-    except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError, binascii.Error) as exc:
         raise _bad_handle() from exc
     # A handle of ours names a task and a queue by ARN: anything else is forged.
     if not isinstance(task_id, str) or not isinstance(source_arn, str) or (
