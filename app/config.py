@@ -226,8 +226,9 @@ class Settings(BaseSettings):
     )
     key_waiter_share: float = Field(
         default=0.5, gt=0, le=1,
-        description="The share of a process's long-poll seats (LEASEQ_MAX_WAITERS) one API "
-        "key may hold; past it, its long polls get 503 overloaded while other keys' do not.",
+        description="The share of a process's long-poll seats (LEASEQ_MAX_WAITERS), and of "
+        "one queue's (LEASEQ_MAX_WAITERS_PER_QUEUE, less one seat), one API key may hold; "
+        "past it, its long polls get 503 overloaded while other keys' do not.",
     )
     key_concurrency: int | None = Field(
         default=None, ge=1,
@@ -438,6 +439,13 @@ class Settings(BaseSettings):
 
     def waiters_per_key(self) -> int:
         return max(1, math.ceil(self.max_waiters * self.key_waiter_share))
+
+    def waiters_per_key_on_a_queue(self) -> int:
+        """A key's share of one queue's long-poll seats: LEASEQ_KEY_WAITER_SHARE of
+        LEASEQ_MAX_WAITERS_PER_QUEUE, at least 1, and below that cap whenever it is
+        above 1, so that no key fills a queue it shares, even at a share of 1.0."""
+        cap = self.max_waiters_per_queue
+        return max(1, min(math.ceil(cap * self.key_waiter_share), cap - 1))
 
     def requests_per_key(self) -> int:
         return self.key_concurrency or max(1, self.connection_limit() // 2)

@@ -161,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_waiters=settings.max_waiters,
             max_waiters_per_queue=settings.max_waiters_per_queue,
             max_waiters_per_key=settings.waiters_per_key(),
+            max_waiters_per_key_on_a_queue=settings.waiters_per_key_on_a_queue(),
         )
         db = Connector(engine, cached_engine)
         master = settings.master_secret()

@@ -20,7 +20,9 @@ re-checks once, so a notification lost in between costs at most one round.
 
 Every long poll costs memory and a socket while it lasts, so a process seats
 at most `max_waiters` of them, and at most `max_waiters_per_queue` on one
-queue, and at most `max_waiters_per_key` for one API key; one more is refused
+queue, and at most `max_waiters_per_key` for one API key, of which at most
+`max_waiters_per_key_on_a_queue` on one queue (below the queue's cap: a key
+polling a queue it shares leaves the others seats there); one more is refused
 (Overloaded) before it does any work.
 """
 
@@ -112,14 +114,18 @@ class WaitHub:
         max_waiters: int = Settings.model_fields["max_waiters"].default,
         max_waiters_per_queue: int = Settings.model_fields["max_waiters_per_queue"].default,
         max_waiters_per_key: int | None = None,
+        max_waiters_per_key_on_a_queue: int | None = None,
         watches: Watches | None = None,
     ) -> None:
         self._lines: dict[int, _Line] = {}
         self.max_waiters = max_waiters
         self.max_waiters_per_queue = max_waiters_per_queue
         self.max_waiters_per_key = max_waiters_per_key or max_waiters
+        self.max_waiters_per_key_on_a_queue = (
+            max_waiters_per_key_on_a_queue or max_waiters_per_queue)
         self._seats: dict[int, int] = {}
         self._key_seats: dict[str, int] = {}
+        self._key_queue_seats: dict[tuple[str, int], int] = {}
         self._seated = 0
         self._listening = False
         self._degraded_task: asyncio.Task[None] | None = None
@@ -162,6 +168,14 @@ class WaitHub:
                 f"retry later, or receive without waiting.",
                 retry_after=REFUSED_RETRY_SECONDS,
             )
+        if (key is not None and self._key_queue_seats.get((key, queue_id), 0)
+                >= self.max_waiters_per_key_on_a_queue):
+            raise Overloaded(
+                f"This key already has {self.max_waiters_per_key_on_a_queue} long polls "
+                f"waiting on this queue in this service process (its share of the queue's "
+                f"seats, LEASEQ_KEY_WAITER_SHARE); retry later, or receive without waiting.",
+                retry_after=REFUSED_RETRY_SECONDS,
+            )
         on_queue = self._seats.get(queue_id, 0)
         if on_queue >= self.max_waiters_per_queue:
             raise Overloaded(
@@ -173,6 +187,8 @@ class WaitHub:
         self._seated += 1
         if key is not None:
             self._key_seats[key] = self._key_seats.get(key, 0) + 1
+            self._key_queue_seats[key, queue_id] = (
+                self._key_queue_seats.get((key, queue_id), 0) + 1)
         return Seat(queue_id, key)
 
     def free_seat(self, seat: Seat) -> None:
@@ -180,6 +196,7 @@ class WaitHub:
         self._seated -= 1
         if seat.key is not None:
             _count_down(self._key_seats, seat.key)
+            _count_down(self._key_queue_seats, (seat.key, seat.queue_id))
 
     def seated(self, queue_id: int | None = None) -> int:
         """Long polls admitted right now, on `queue_id` or on any queue."""

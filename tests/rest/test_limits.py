@@ -344,6 +344,59 @@ async def test_one_key_cannot_take_every_long_poll_seat(
         assert [a.status_code for a in answers] == [200, 200, 200]
 
 
+@pytest.mark.parametrize("door", ["rest", "sqs"])
+async def test_one_key_cannot_take_every_long_poll_seat_of_a_shared_queue(
+    serve_factory: Any, door: str
+) -> None:
+    """Within its process share, a key still takes at most its share of one queue's
+    seats: a key polling a queue it shares with others leaves them seats there,
+    and what it holds on one queue does not count on another."""
+    endpoint, app = await serve_factory(admin_key=KEYED_ADMIN, max_waiters=100,
+                                        max_waiters_per_queue=4, key_waiter_share=0.5)
+    greedy_id, greedy_secret = (await app.state.keys.create("greedy", ["admin:*"]))
+    other_id, other_secret = (await app.state.keys.create("other", ["admin:*"]))
+    greedy = {"Authorization": f"Bearer {greedy_id.id}.{greedy_secret}"}
+    other = {"Authorization": f"Bearer {other_id.id}.{other_secret}"}
+    hub = app.state.hub
+    async with httpx.AsyncClient(base_url=endpoint, timeout=30) as http:
+        for name in ("shared", "elsewhere"):
+            assert (await http.post("/v1/queues", json={"name": name},
+                                    headers=greedy)).status_code == 201
+
+        def poll(queue: str, headers: dict[str, str]) -> asyncio.Task[httpx.Response]:
+            return asyncio.create_task(http.get(f"/v1/queues/{queue}/receive",
+                                                params={"wait": 20}, headers=headers))
+
+        polls = [poll("shared", greedy) for _ in range(2)]
+        await wait_until(lambda: hub.seated() == 2)
+        if door == "rest":
+            _refused(await http.get("/v1/queues/shared/receive", params={"wait": 20},
+                                    headers=greedy))
+        else:
+            sqs = client(endpoint, "json", key=greedy_id.id, secret=greedy_secret)
+            code, _ = await refusal(sqs.receive_message,
+                                    QueueUrl=f"{endpoint}/000000000000/shared",
+                                    WaitTimeSeconds=20)
+            assert code == "RequestThrottled", code
+        polls += [poll("shared", other), poll("elsewhere", greedy)]
+        await wait_until(lambda: hub.seated() == 4)
+        for name, count in (("shared", 3), ("elsewhere", 1)):
+            await http.post(f"/v1/queues/{name}/messages", json={"messages": [
+                {"body": str(i)} for i in range(count)]}, headers=other)
+        answers = await asyncio.gather(*polls)
+        assert [a.status_code for a in answers] == [200, 200, 200, 200]
+
+
+def test_a_keys_share_of_a_queue_is_below_the_queue_cap() -> None:
+    """The same share of a queue's seats as of the process's, at least one, and
+    one fewer than the queue cap even at a share of 1.0 (else one key, the only
+    one allowed past the process share, could still fill a queue)."""
+    seats = [Settings(max_waiters_per_queue=cap, key_waiter_share=share)
+             .waiters_per_key_on_a_queue()
+             for cap, share in ((1000, 0.5), (4, 0.5), (4, 1.0), (4, 0.01), (1, 1.0))]
+    assert seats == [500, 2, 3, 1, 1]
+
+
 async def test_a_key_has_at_most_its_requests_in_progress(serve_factory: Any) -> None:
     endpoint, app = await serve_factory(admin_key=KEYED_ADMIN, key_concurrency=2)
     info, secret = await app.state.keys.create("busy", ["admin:*"])
