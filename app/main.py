@@ -177,7 +177,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
         maintenance = Maintenance(listen_url, dial=dial)
         group = group_commit(db)
-        metrics = Metrics(hub, group, QueueGauges(catalog.gauges), maintenance)
+        metrics = Metrics(
+            hub, group, QueueGauges(catalog.gauges, catalog.existing), maintenance
+        )
         service = QueueService(
             db, catalog, hub, keyring.signer, group=group, events=metrics,
             pool_wait_seconds=settings.pool_wait_seconds,
@@ -327,6 +329,7 @@ async def _refresh_metrics_forever(metrics: Metrics, throughput: Throughput) -> 
     while True:
         metrics.refresh_local()
         throughput.tick()
+        await metrics.tidy()
         await asyncio.sleep(1.0)
 
 

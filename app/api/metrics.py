@@ -6,7 +6,12 @@ With `leaseq serve --workers N` (PROMETHEUS_MULTIPROC_DIR set by the CLI) the
 per-process metrics live in files the processes share, and a scrape of any process
 answers their sum; the queue gauges come from the database, so they are the same
 whoever answers. Label values are bounded: route templates, known SQS actions and
-methods, queue names (resources that exist), never a path or a string a client chose.
+methods, queue names (resources that exist), never a path or a string a client chose,
+a tenant or a key id. A deleted queue's series leave every scrape at once: each
+scrape asks the database which of the queues its series name still exist and
+leaves the rest out (the multiprocess files cannot drop an entry), and a process
+forgets its own series of a queue once it is gone (a scrape, or within a second of
+hearing a deletion announced).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import copy
 import logging
 import os
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -54,6 +60,8 @@ HELD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120
                 600.0, 1800.0, 3600.0, 10800.0, 43200.0)
 """Claim to acknowledgement: a handler's duration as the queue sees it."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_REASONS = ("lease_below_p999", "redeliveries_rising")
+_QUEUE_LABELS = ("queue", "dead_letter_queue")
 
 
 def multiprocess_dir() -> str | None:
@@ -92,8 +100,13 @@ def _fair_families(quiet: dict[str, list[float]]) -> Iterator[Metric]:
 class QueueGauges:
     """The queue_gauges statement's last reading, as metric families."""
 
-    def __init__(self, read: Callable[[], Awaitable[list[GaugeRow]]]) -> None:
+    def __init__(
+        self, read: Callable[[], Awaitable[list[GaugeRow]]],
+        existing: Callable[[Sequence[str]], Awaitable[set[str]]],
+    ) -> None:
         self._read = read
+        self.existing = existing
+        """Which of some names are queues now (cheap: by the unique name)."""
         self._rows: list[GaugeRow] = []
         self._read_at = -GAUGE_CACHE_SECONDS
 
@@ -273,8 +286,25 @@ class Metrics(QueueEvents):
             "shorter than the p99.9 and nothing heartbeats) or redeliveries_rising.",
             ["queue", "reason"], registry=registry, multiprocess_mode="max",
         )
+        self._by_queue = (
+            self.sent_total, self.received_total, self.deleted_total, self.released_total,
+            self.lease_lost_total, self.redelivered_total, self.dead_lettered_total,
+            self.empty_receives_total, self.first_receive, self.held, self.extended_total,
+            self.held_p999, self.advised,
+        )
         self.leases = LeaseWatch()
         self._warned: dict[str, tuple[str, ...]] = {}
+        self._gone: frozenset[str] = frozenset()
+        # A queue changed or was deleted (in any process: the NOTIFY the catalog
+        # hears): the next tidy() looks which of this process's queues are gone.
+        self._changed = False
+        heard = hub.on_queue_changed
+
+        def changed(queue_id: int | None) -> None:
+            heard(queue_id)
+            self._changed = True
+
+        hub.on_queue_changed = changed
         self._exported: dict[tuple[str, str], int] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         if registry is not None:
@@ -358,7 +388,7 @@ class Metrics(QueueEvents):
                 self.held_p999.labels(queue).set(advice.held_p999_seconds)
             if advice.visibility_timeout is not None:
                 self.advised.labels(queue).set(advice.visibility_timeout)
-            for reason in ("lease_below_p999", "redeliveries_rising"):
+            for reason in _REASONS:
                 self.warning.labels(queue, reason).set(reason in advice.warnings)
             if advice.warnings != self._warned.get(queue, ()):
                 self._warned[queue] = advice.warnings
@@ -392,10 +422,57 @@ class Metrics(QueueEvents):
         counter.inc(total - self._exported.get(key, 0))
         self._exported[key] = total
 
+    def local_queues(self) -> set[str]:
+        """The queues this process holds series or lease windows of."""
+        by_queue = {id(metric) for metric in self._by_queue}
+        names = {labels[0] for (metric, labels) in self._children if metric in by_queue}
+        names.update(self.leases.queues())  # and the advice's gauges, set from these
+        return names
+
+    def forget(self, queues: set[str]) -> None:
+        """Drops every series and lease window of `queues` (deleted) in this
+        process; a queue of the same name made again starts afresh (with several
+        processes, its counters go on from the files' totals: still counters)."""
+        if not queues:
+            return
+        by_queue = {id(metric) for metric in self._by_queue}
+        self._children = {
+            key: child for key, child in self._children.items()
+            if not (key[0] in by_queue and key[1][0] in queues)
+        }
+        with warnings.catch_warnings():
+            # prometheus_client warns that the multiprocess files keep the entry:
+            # a scrape leaves those out (exposition).
+            warnings.simplefilter("ignore", UserWarning)
+            for queue in queues:
+                for metric in self._by_queue:
+                    metric.remove(queue)
+                for reason in _REASONS:
+                    self.warning.remove(queue, reason)
+        for queue in queues:
+            self.leases.forget(queue)
+            self._warned.pop(queue, None)
+
+    async def tidy(self) -> None:
+        """After a queue change was heard: forgets the queues that are gone, so
+        a process nobody scrapes holds nothing of them either."""
+        if not self._changed:
+            return
+        self._changed = False
+        local = self.local_queues()
+        if local:
+            try:
+                existing = await self._gauges.existing(sorted(local))
+            except Exception as exc:
+                self._changed = True  # the database is away: look again later
+                _log.debug("metrics: cannot tell which queues are gone (%s)", exc)
+                return
+            self.forget(local - existing)
+
     async def exposition(self, readable: Callable[[str], bool] | None = None) -> bytes:
-        """The Prometheus text; with `readable`, only the series of the queues it
-        allows (and those of no queue): a scoped key never learns another queue's
-        name or depth."""
+        """The Prometheus text of the queues that exist now; with `readable`, only
+        the series of the queues it allows (and those of no queue): a scoped key
+        never learns another queue's name or depth."""
         self.refresh_local()
         await self._gauges.refresh()
         registry: Any = self._registry
@@ -403,9 +480,19 @@ class Metrics(QueueEvents):
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             registry.register(self._gauges)
-        if readable is not None:
-            registry = _QueuesFiltered(registry, readable)
-        return bytes(generate_latest(registry))
+        families = list(registry.collect())
+        named = {
+            sample.labels[label] for family in families for sample in family.samples
+            for label in _QUEUE_LABELS if label in sample.labels
+        }
+        gone = named - await self._gauges.existing(sorted(named)) if named else set()
+        self._gone = frozenset(gone)
+        self.forget(gone)
+
+        def shown(queue: str) -> bool:
+            return queue not in gone and (readable is None or readable(queue))
+
+        return bytes(generate_latest(_QueuesFiltered(families, shown)))
 
     @property
     def multiprocess(self) -> bool:
@@ -427,22 +514,23 @@ class Metrics(QueueEvents):
         for family in families:
             for sample in family.samples:
                 index = wanted.get(sample.name)
-                if index is not None:
+                if index is not None and sample.labels["queue"] not in self._gone:
                     totals.setdefault(sample.labels["queue"], [0.0, 0.0])[index] += sample.value
         return {queue: (sent, deleted) for queue, (sent, deleted) in totals.items()}
 
 
 class _QueuesFiltered:
-    """A registry's families without the samples of queues `readable` refuses."""
+    """Collected families without the samples of queues `shown` refuses."""
 
-    def __init__(self, registry: Any, readable: Callable[[str], bool]) -> None:
-        self._registry = registry
-        self._readable = readable
+    def __init__(self, families: list[Metric], shown: Callable[[str], bool]) -> None:
+        self._families = families
+        self._shown = shown
 
     def collect(self) -> Iterator[Metric]:
-        for family in self._registry.collect():
+        for family in self._families:
             kept = [s for s in family.samples
-                    if "queue" not in s.labels or self._readable(s.labels["queue"])]
+                    if all(self._shown(s.labels[label])
+                           for label in _QUEUE_LABELS if label in s.labels)]
             if len(kept) != len(family.samples):
                 family = copy.copy(family)
                 family.samples = kept

@@ -160,3 +160,7 @@ class LeaseWatch:
 
     def queues(self) -> list[str]:
         return list(self._queues)
+
+    def forget(self, queue: str) -> None:
+        """A deleted queue's window goes with it."""
+        self._queues.pop(queue, None)

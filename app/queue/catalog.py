@@ -343,6 +343,11 @@ class QueueCatalog:
         rows = await self._db.fetch(Q.queue_names, {"ids": sorted(ids)})
         return {row["id"]: row["name"] for row in rows}
 
+    async def existing(self, names: Sequence[str]) -> set[str]:
+        """Which of `names` are queues now."""
+        rows = await self._db.fetch(Q.existing_queue_names, {"names": sorted(names)})
+        return {row["name"] for row in rows}
+
     async def dead_letter_sources(self, name: str) -> list[str]:
         """Queues that name this one as their dead-letter queue."""
         async with self._db.transaction() as session:

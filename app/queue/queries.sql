@@ -134,6 +134,12 @@ LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id;
 -- DeadLetterQueueSourceArn).
 SELECT id, name FROM leaseq.queues WHERE id = ANY(CAST(:ids AS bigint[]));
 
+-- name: existing_queue_names
+-- returns: NameRow
+-- Which of these names are queues now (/metrics leaves out the series of the
+-- rest: queues deleted since their series were made).
+SELECT name FROM leaseq.queues WHERE name = ANY(CAST(:names AS text[]));
+
 -- name: dead_letter_sources
 -- returns: NameRow
 -- Queues that name this one as their dead-letter queue.

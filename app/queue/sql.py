@@ -52,6 +52,7 @@ class Statements(Queries):
     list_queues: Query[QueueRow]
     update_queue: Query[QueueRow]
     queue_names: Query[QueueNameRow]
+    existing_queue_names: Query[NameRow]
     dead_letter_sources: Query[NameRow]
     redrive_return_queues: Query[NameRow]
     lock_redrive_tasks_of_queue: Query[TaskIdRow]
