@@ -256,6 +256,17 @@ class Settings(BaseSettings):
         description="Most connections per process whose request headers are not whole "
         "yet; one more closes the oldest of them.",
     )
+    body_timeout_seconds: float = Field(
+        default=30.0, ge=0.5, le=3600,
+        description="A request's body must be whole within this long of its headers; "
+        "else it is answered 408 and the connection closed.",
+    )
+    body_min_bytes_per_second: int = Field(
+        default=4096, ge=0,
+        description="After a grace of 2 seconds (a quarter of LEASEQ_BODY_TIMEOUT_SECONDS "
+        "if less), a request's body must arrive at this many bytes a second on average; "
+        "else it is answered 408 and the connection closed. 0: no minimum.",
+    )
     keep_alive_seconds: int = Field(
         default=5, ge=1, le=3600,
         description="How long an idle HTTP connection is kept open (uvicorn's "

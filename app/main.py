@@ -133,6 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         timeout=settings.header_timeout_seconds,
         max_bytes=settings.max_header_bytes,
         max_unfinished=settings.unfinished_headers_limit(),
+        body_timeout=settings.body_timeout_seconds,
+        body_min_rate=settings.body_min_bytes_per_second,
     ))
     database_url = settings.database_url
     if database_url is None:
