@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -113,7 +114,16 @@ def template_db(server_url: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                           drop_sql_api_role(name)))
+
+
+def drop_sql_api_role(database: str) -> str:
+    """A statement dropping the SQL API's role of `database` (migration 0018), once
+    the database is gone: roles belong to the server, and would pile up there."""
+    role = "leaseq_sql_api_" + hashlib.md5(database.encode()).hexdigest()[:12]
+    return (f'DO $$ BEGIN DROP ROLE IF EXISTS "{role}"; '
+            "EXCEPTION WHEN dependent_objects_still_exist THEN NULL; END $$")
 
 
 @pytest.fixture

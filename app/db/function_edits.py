@@ -1,6 +1,8 @@
 """Migrations that change a SQL function by a few words: the function read
 back from PostgreSQL, each edit made where it is found exactly once, and the
-result run again (CREATE OR REPLACE keeps the function's owner and grants).
+result run again (CREATE OR REPLACE keeps the function's owner and grants: the SQL
+API's SECURITY DEFINER functions stay their role's, migration 0018; a DROP and a
+CREATE would give them to the migrating role, a superuser perhaps).
 
 A function that was changed outside the migrations no longer has the text an
 edit expects, and the migration stops rather than guess."""

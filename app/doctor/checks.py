@@ -252,6 +252,22 @@ async def check_receipt_keys(conn: Session) -> Finding:
 
 
 
+async def check_sql_api_owner(conn: Session) -> Finding:
+    functions = await conn.fetchval(Q.superuser_definers)
+    if not functions:
+        return Finding("sql api owner", "ok",
+                       "the SQL API's SECURITY DEFINER functions run as no superuser")
+    return Finding(
+        "sql api owner", "fail",
+        f"run as a superuser, being owned by one: {', '.join(functions)}; every call of "
+        "the SQL API, by any role, runs as that superuser",
+        "give each to a role that is no superuser: ALTER FUNCTION <function> OWNER TO the "
+        "database's SQL API role (SELECT 'leaseq_sql_api_' || left(md5(current_database()), "
+        "12); migration 0018 makes it when a superuser or a CREATEROLE role migrates), or to "
+        "the schema's owner if that is no superuser (docs/security.md, \"The SQL API\")",
+    )
+
+
 async def examine(settings: Settings, url: str, deployment: Deployment,
                   head: str) -> list[Finding]:
     """Every check, on one connection to `url`."""
@@ -291,6 +307,7 @@ async def _examine(conn: Session, settings: Settings, url: str, deployment: Depl
         ("clock", lambda: check_clock(conn)),
         ("pgbouncer", lambda: check_pgbouncer(settings, url, conn)),
         ("receipt keys", lambda: check_receipt_keys(conn)),
+        ("sql api owner", lambda: check_sql_api_owner(conn)),
     ]
     for name, check in checks:
         try:

@@ -67,3 +67,13 @@ SELECT count(*) AS keys,
        coalesce(extract(epoch FROM now() - max(created_at)) / 86400, 0)::float8
            AS newest_days
 FROM leaseq.receipt_keys WHERE retired_at IS NULL;
+
+-- name: superuser_definers
+-- returns: DefinersRow
+-- The leaseq functions that run as their owner (SECURITY DEFINER) while that
+-- owner is a superuser, each with its owner's name.
+SELECT coalesce(array_agg(p.oid::regprocedure::text || ' (' || r.rolname || ')'
+                          ORDER BY p.proname), '{}') AS functions
+FROM pg_proc AS p
+JOIN pg_roles AS r ON r.oid = p.proowner
+WHERE p.pronamespace = to_regnamespace('leaseq') AND p.prosecdef AND r.rolsuper;

@@ -54,3 +54,7 @@ class PortRow(TypedDict):
 class ReceiptKeysAgeRow(TypedDict):
     keys: int
     newest_days: float
+
+
+class DefinersRow(TypedDict):
+    functions: list[str]

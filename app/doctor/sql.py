@@ -7,6 +7,7 @@ from app.doctor.rows import (
     AutovacuumRow,
     ClockRow,
     ConnectionLimitsRow,
+    DefinersRow,
     DurabilityRow,
     ExistsRow,
     MigratedRow,
@@ -31,6 +32,7 @@ class Statements(Queries):
     database_clock: Query[ClockRow]
     server_port: Query[PortRow]
     receipt_keys_age: Query[ReceiptKeysAgeRow]
+    superuser_definers: Query[DefinersRow]
 
 
 Q = load("app.doctor", Statements)

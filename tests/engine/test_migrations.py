@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from alembic.script import ScriptDirectory
-from conftest import with_database
+from conftest import drop_sql_api_role, with_database
 from processes import LEASEQ, service_env
 from support import eventually
 
@@ -28,6 +28,7 @@ async def empty_database(server_url: str) -> AsyncIterator[str]:
         yield with_database(server_url, name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(drop_sql_api_role(name))
         await admin.close()
 
 

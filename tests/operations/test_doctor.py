@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 SECRET = "doctor-test-secret-0123456789abcdefABCDEF"
 CHECKS = ["database", "migration", "secret", "keys", "connections", "autovacuum",
-          "durability", "clock", "pgbouncer", "receipt keys"]
+          "durability", "clock", "pgbouncer", "receipt keys", "sql api owner"]
 
 
 def _doctor(database_url: str, *args: str, prefix: tuple[str, ...] = (),
@@ -131,6 +131,13 @@ def _old_receipt_key(url: str) -> Broken:
     return (), {}, ()
 
 
+def _superuser_definer(url: str) -> Broken:
+    # The test connects as a superuser (the embedded server's, or PostgreSQL's own).
+    _sql(url, "ALTER FUNCTION leaseq.send(text, text, jsonb, integer, text, text) "
+              "OWNER TO CURRENT_USER")
+    return (), {}, ()
+
+
 CASES: dict[str, tuple[str, Callable[[str], Broken]]] = {
     "database": ("fail", _unreachable),
     "migration": ("fail", _behind),
@@ -144,6 +151,7 @@ CASES: dict[str, tuple[str, Callable[[str], Broken]]] = {
     "pgbouncer": ("fail", lambda url: ((), {"LEASEQ_PGBOUNCER": "transaction",
                                             "LEASEQ_LISTEN_URL": url}, ())),
     "receipt keys": ("warn", _old_receipt_key),
+    "sql api owner": ("fail", _superuser_definer),
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from alembic.script import ScriptDirectory
+from conftest import drop_sql_api_role
 from processes import (
     LEASEQ,
     Service,
@@ -130,6 +131,7 @@ def test_migrate_applies_migrations_to_an_empty_database(server_url: str) -> Non
             assert versions == [head]
     finally:
         asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(_admin(server_url, drop_sql_api_role(name)))
 
 
 def test_migrate_without_database_url_exits_2() -> None:
