@@ -17,6 +17,12 @@ SELECT id, name, secret_hash, sealed_secret, scopes, rate_per_second,
 FROM leaseq.api_keys
 WHERE id = :id AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now());
 
+-- name: api_key_ids
+-- returns: KeyIdRow
+-- Every key's id, revoked and expired ones too (ids are never reused): an id
+-- not among them is refused without a query.
+SELECT id FROM leaseq.api_keys;
+
 -- name: list_api_keys
 -- returns: KeyInfoRow
 SELECT id, name, scopes, rate_per_second, created_at, expires_at, revoked_at, last_used_at

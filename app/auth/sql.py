@@ -25,6 +25,7 @@ class Statements(Queries):
 
     create_api_key: Query[KeyInfoRow]
     get_api_key: Query[KeyRow]
+    api_key_ids: Query[KeyIdRow]
     list_api_keys: Query[KeyInfoRow]
     revoke_api_key: Query[KeyIdRow]
     keys_required: Query[RequiredRow]

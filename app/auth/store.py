@@ -5,6 +5,8 @@ announced with NOTIFY, and every process drops its cache when it hears one,
 so a revoked key stops working everywhere as soon as the notification
 arrives. While the LISTEN connection is down, cached keys live one second.
 
+An id no usable key has is refused without a query (app/auth/key_ids.py).
+
 Keys given in LEASEQ_SQS_CREDENTIALS (the older shorthand) live only in the
 configuration: each is a key with every scope, never written to the database.
 """
@@ -15,12 +17,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app.auth import tokens
+from app.auth.key_ids import KeyIds
 from app.auth.rows import KeyInfoRow
 from app.auth.scopes import Principal, Scope, parse_scopes
 from app.auth.sql import Q
@@ -34,7 +37,6 @@ CACHE_LISTENING = 60.0
 """Seconds a cached key lives while changes are announced (a safety net only)."""
 CACHE_DEAF = 1.0
 """Seconds a cached key lives while this process may miss an announcement."""
-MISSING_MAX = 10_000
 ALL_SCOPES = ("admin:*",)
 
 
@@ -86,9 +88,9 @@ class KeyStore:
             for key_id, secret in (static or {}).items()
         }
         self._cache: dict[str, _Cached] = {}
-        # Ids looked up and not found: a flood of made-up ids must not cost a
-        # query each. Dropped with the cache when keys change.
-        self._missing: dict[str, float] = {}
+        self._ids = KeyIds(self._read_ids, spawn=self._spawn)
+        # Stored keys that are revoked or expired: no more than the table holds.
+        self._unusable: dict[str, float] = {}
         self._required: bool | None = None  # None: not read yet
         self._touched: dict[str, float] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -118,12 +120,14 @@ class KeyStore:
         """A notification: keys changed (or the channel was down: anything may have)."""
         if text in (NOTICE, "*:changed"):
             self._cache.clear()
-            self._missing.clear()
+            self._unusable.clear()
+            self._ids.changed()
             self._spawn(self._refresh_quietly())
 
     async def _refresh_quietly(self) -> None:
         try:
             await self.refresh()
+            await self._ids.read()
         except Exception as exc:  # the next notification or request tries again
             _log.warning("could not re-read the API keys: %s", exc)
 
@@ -165,16 +169,14 @@ class KeyStore:
         now = time.monotonic()
         if entry is not None and entry.until > now:
             return entry
-        if self._missing.get(key_id, 0.0) > now:
+        if self._unusable.get(key_id, 0.0) > now or not await self._ids.knows(key_id):
             return None
         rows = await self._db.fetch(Q.get_api_key, {"id": key_id})
         row = rows[0] if rows else None
         lifetime = CACHE_LISTENING if self._listening() else CACHE_DEAF
-        if row is None:
+        if row is None:  # revoked or expired: its id stays known
             self._cache.pop(key_id, None)
-            if len(self._missing) >= MISSING_MAX:
-                self._missing.clear()
-            self._missing[key_id] = now + lifetime
+            self._unusable[key_id] = now + lifetime
             return None
         secret = tokens.unseal(
             self._master, row["id"], row["sealed_secret"], row["secret_hash"]
@@ -248,7 +250,7 @@ class KeyStore:
                 return None
             await session.fetch(Q.notify_keys, {"notice": NOTICE})
         self._required = True
-        self._missing.pop(key_id, None)
+        self._ids.add(key_id)
         return KeyInfo.of(row), secret
 
     async def list(self) -> list[KeyInfo]:
@@ -264,7 +266,11 @@ class KeyStore:
         self._cache.pop(key_id, None)
         return revoked is not None
 
+    async def _read_ids(self) -> Iterable[str]:
+        return [row["id"] for row in await self._db.fetch(Q.api_key_ids)]
+
     async def close(self) -> None:
+        self._ids.close()
         for task in list(self._background):
             task.cancel()
         for task in list(self._background):
