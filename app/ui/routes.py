@@ -11,6 +11,7 @@ makes goes through the REST API, so the key's scopes decide it there.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.asgi.lean import declares_more_than
 from app.auth.access import scopes
 from app.auth.guard import DASHBOARD_COOKIE, principal_of
 from app.auth.scopes import Principal
@@ -43,6 +45,8 @@ _PAGE_HEADERS = {
     "cache-control": "no-store",
 }
 _NAME_CHARS = r"^[A-Za-z0-9_.-]*$"
+SIGN_IN_BODY_BYTES = 4096
+"""The longest sign-in body: a key is a few hundred bytes at most."""
 
 router = APIRouter(include_in_schema=False)
 
@@ -88,7 +92,7 @@ async def sign_in(request: Request) -> Response:
     if media != "application/json":
         raise UnsupportedMediaType("Sign in with a JSON body: {\"key\": \"<key id>.<secret>\"}.")
     try:
-        body = await request.json()
+        body = json.loads(await _small_body(request))
     except ValueError as exc:
         raise InvalidParameter("The body is not JSON.") from exc
     token = body.get("key") if isinstance(body, dict) else None
@@ -103,6 +107,24 @@ async def sign_in(request: Request) -> Response:
         secure=request.url.scheme == "https",
     )
     return response
+
+
+async def _small_body(request: Request) -> bytes:
+    """The sign-in body, read only up to SIGN_IN_BODY_BYTES: whoever sends it is
+    not proven yet. Longer is refused unread, its connection closed."""
+    too_large = HTTPException(
+        413, f"The request body is larger than {SIGN_IN_BODY_BYTES} bytes.",
+        headers={"connection": "close"},
+    )
+    if declares_more_than(request.headers.get("content-length", "").encode(),
+                          SIGN_IN_BODY_BYTES):
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > SIGN_IN_BODY_BYTES:
+            raise too_large
+    return bytes(body)
 
 
 @router.delete("/ui/session")

@@ -1,0 +1,51 @@
+"""Signing in to the dashboard is unauthenticated: its body carries only a key,
+so it is read up to a few KiB, and a longer one is refused with 413 (and its
+connection closed) without reading the rest."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from conftest import AppClient
+
+from app.ui.routes import SIGN_IN_BODY_BYTES
+
+ADMIN = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
+
+
+async def test_a_declared_long_body_is_refused_unread(app_factory: AppClient) -> None:
+    client = await app_factory(admin_key=ADMIN)
+    padded = json.dumps({"key": ADMIN, "pad": "x" * 10_000})
+    refused = await client.post("/ui/session", content=padded,
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 413, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "request_too_large"
+    assert refused.headers["connection"] == "close"
+    assert "set-cookie" not in refused.headers
+
+
+async def test_a_chunked_long_body_is_cut_off(app_factory: AppClient) -> None:
+    client = await app_factory(admin_key=ADMIN)
+    pulled = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        yield b'{"key": "' + ADMIN.encode() + b'", "pad": "'
+        for _ in range(1024):
+            pulled += 1
+            yield b"x" * 1024
+        yield b'"}'
+
+    refused = await client.post("/ui/session", content=chunks(),
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 413 and refused.json()["code"] == "request_too_large"
+    assert pulled * 1024 <= 2 * SIGN_IN_BODY_BYTES
+
+
+async def test_a_short_body_signs_in(app_factory: AppClient) -> None:
+    client = await app_factory(admin_key=ADMIN)
+    signed = await client.post("/ui/session", json={"key": ADMIN})
+    assert signed.status_code == 200, signed.text
+    assert len(json.dumps({"key": ADMIN})) < SIGN_IN_BODY_BYTES
