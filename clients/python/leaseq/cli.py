@@ -54,9 +54,7 @@ def _worker_parser(commands: Any) -> None:
     worker.add_argument(
         "--url", help="the service (LEASEQ_URL, default http://127.0.0.1:8000)"
     )
-    worker.add_argument(
-        "--api-key", help="<key id>.<secret> when the service requires keys (LEASEQ_API_KEY)"
-    )
+    operate.add_key_options(worker)
     worker.add_argument(
         "--visibility-timeout", "--lease", type=int, dest="visibility_timeout",
         help="seconds per lease and per extension (default: the queue's visibility timeout)",
@@ -179,6 +177,9 @@ def _worker(args: argparse.Namespace) -> int:
         level=str(args.log_level).upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    key, failed = operate.keyed("leaseq worker", args)
+    if failed is not None:
+        return failed
     try:
         handler = load_handler(args.handler, args.app_dir)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -196,7 +197,7 @@ def _worker(args: argparse.Namespace) -> int:
             wait=args.wait,
             grace=args.grace,
             backoff=worker_backoff(args),
-            api_key=args.api_key,
+            api_key=key,
         )
     except ValueError as exc:
         print(f"leaseq worker: {exc}", file=sys.stderr)

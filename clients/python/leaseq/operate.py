@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,9 +54,47 @@ _ATTRIBUTES = (
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="the service (LEASEQ_URL, default http://127.0.0.1:8000)")
+    add_key_options(parser)
+
+
+def add_key_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--api-key", help="<key id>.<secret> when the service requires keys (LEASEQ_API_KEY)"
+        "--key-file", metavar="PATH",
+        help="a file holding the <key id>.<secret> the service requires (or set LEASEQ_API_KEY)",
     )
+    parser.add_argument(
+        "--api-key", help="<key id>.<secret>; every user of this machine sees it in `ps`: "
+        "prefer LEASEQ_API_KEY or --key-file",
+    )
+
+
+def api_key(command: str, args: argparse.Namespace) -> str | None:
+    """The key of --key-file, else of --api-key (with a warning: a command line is
+    anyone's to read), else None: the client then reads LEASEQ_API_KEY.
+    UsageError for a file that gives no key."""
+    if args.key_file is not None:
+        if args.api_key is not None:
+            raise UsageError("give --key-file or --api-key, not both")
+        try:
+            text = Path(args.key_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--key-file {args.key_file} cannot be read: {exc}") from None
+        if not text:
+            raise UsageError(f"--key-file {args.key_file} is empty")
+        return text
+    if args.api_key is not None:
+        print(f"{command}: warning: a key given with --api-key is visible to every user of "
+              "this machine (ps, /proc); use LEASEQ_API_KEY or --key-file", file=sys.stderr)
+    return str(args.api_key) if args.api_key is not None else None
+
+
+def keyed(command: str, args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """(the key, None), or (None, USAGE) once the usage error is printed."""
+    try:
+        return api_key(command, args), None
+    except UsageError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None, USAGE
 
 
 def add_parser(commands: Any) -> None:
@@ -115,8 +154,11 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from leaseq.client import Client
 
-    return run_guarded(f"leaseq queues {args.queues_command}", args,
-                       Client(args.url, api_key=args.api_key),
+    command = f"leaseq queues {args.queues_command}"
+    key, failed = keyed(command, args)
+    if failed is not None:
+        return failed
+    return run_guarded(command, args, Client(args.url, api_key=key),
                        lambda client: _HANDLERS[args.queues_command](client, args))
 
 

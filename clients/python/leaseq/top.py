@@ -41,12 +41,15 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leaseq.client import Client
-    from leaseq.operate import run_guarded
+    from leaseq.operate import keyed, run_guarded
 
     def show(client: Client) -> int:
         return _show(client, args)
 
-    return run_guarded("leaseq top", args, Client(args.url, api_key=args.api_key), show)
+    key, failed = keyed("leaseq top", args)
+    if failed is not None:
+        return failed
+    return run_guarded("leaseq top", args, Client(args.url, api_key=key), show)
 
 
 def _show(client: Client, args: argparse.Namespace) -> int:
