@@ -415,6 +415,10 @@ def _run_uvicorn(settings: Settings, *, workers: int) -> None:
         # uvicorn's httptools protocol, each answer written to its socket once,
         # with deadlines and caps on what unfinished headers may hold.
         "http": HeaderLimitedProtocol,
+        # X-Forwarded-Proto from the documented TLS proxy makes the request https
+        # (docs/security.md); from anyone else it is ignored.
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
     }
     if workers > 1:
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]

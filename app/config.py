@@ -346,6 +346,12 @@ class Settings(BaseSettings):
         description="Requests a second each API key may make per process, unless the key "
         "sets its own (bursts of twice that); 0: unlimited.",
     )
+    forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Comma-separated addresses (or `*`) of the TLS proxies whose "
+        "X-Forwarded-Proto and X-Forwarded-For are believed: a request through them "
+        "counts as https (the dashboard's cookie gets Secure) from the client's address.",
+    )
 
     @field_validator("secret")
     @classmethod
