@@ -267,6 +267,17 @@ class Settings(BaseSettings):
         "if less), a request's body must arrive at this many bytes a second on average; "
         "else it is answered 408 and the connection closed. 0: no minimum.",
     )
+    unproven_body_bytes: int | None = Field(
+        default=None, ge=1024,
+        description="Most body bytes one process holds at once for SQS requests whose "
+        "signature is not checked yet (a request reserves its Content-Length before its "
+        "body is read). Unset, or below it: one full request (LEASEQ_MAX_REQUEST_BYTES).",
+    )
+    unproven_body_wait_seconds: float = Field(
+        default=2.0, ge=0, le=60,
+        description="How long an SQS request may wait for its share of "
+        "LEASEQ_UNPROVEN_BODY_BYTES; then it is answered RequestThrottled, its body unread.",
+    )
     keep_alive_seconds: int = Field(
         default=5, ge=1, le=3600,
         description="How long an idle HTTP connection is kept open (uvicorn's "
@@ -444,6 +455,11 @@ class Settings(BaseSettings):
         if self.max_request_bytes is not None:
             return self.max_request_bytes
         return self.max_batch * MAX_MESSAGE_BYTES + 64 * 1024
+
+    def unproven_body_limit(self) -> int:
+        """LEASEQ_UNPROVEN_BODY_BYTES, never below one full request: a legitimate
+        full batch must always be able to prove itself."""
+        return max(self.unproven_body_bytes or 0, self.request_limit())
 
     def connection_limit(self) -> int:
         """uvicorn's limit_concurrency: connections and requests at once per process."""

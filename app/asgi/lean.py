@@ -145,6 +145,9 @@ class Front:
 
 _HANDLER = "leaseq.handler"  # the scope's key for the handler LeanApp matched
 _BEFORE_BODY = "leaseq.before_body"
+UNDO = "leaseq.undo"
+"""The scope's key for what a `before_body` check took that the request gives back
+however it ends (the SQS door's share of the unproven body budget): a callable."""
 
 
 class LeanApp(FastAPI):
@@ -283,10 +286,14 @@ async def _answer(scope: Scope, receive: Receive, max_bytes: int | None) -> Answ
     refused = None if before_body is None else await before_body(scope, scope["app"].state)
     if refused is not None:
         return refused
-    body = await _read_body(receive, max_bytes)
-    if body is None:
-        return None
-    return await handler(Call(scope, receive, scope["path_params"], scope["app"].state, body))
+    try:
+        body = await _read_body(receive, max_bytes)
+        if body is None:
+            return None
+        return await handler(Call(scope, receive, scope["path_params"], scope["app"].state, body))
+    finally:
+        if before_body is not None and (undo := scope.pop(UNDO, None)) is not None:
+            undo()
 
 
 async def _send(send: Send, answer: Answer, more: tuple[tuple[bytes, bytes], ...]) -> None:

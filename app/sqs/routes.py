@@ -24,11 +24,13 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
 
 from app.asgi.access import REQUEST_ID, SQS_ACTION
+from app.asgi.body_budget import BodyBudget
 from app.asgi.disconnect import client_gone
-from app.asgi.lean import Answer, Call, response_of, serves
+from app.asgi.lean import UNDO, Answer, Call, response_of, serves
 from app.auth.guard import announces_body
 from app.auth.scopes import EVERYONE, Principal
 from app.auth.store import KeyStore
@@ -133,17 +135,46 @@ async def before_body(scope: Scope, state: Any) -> Answer | None:
     is_json = _is_json(headers)
     try:
         signer = await _credentials(scope, state, is_json)
+        if signer is not None:
+            await _reserve_body(scope, state, headers)
     except (SqsError, LeaseqError) as exc:
         scope[SQS_ACTION] = "unknown"
-        answer = _error(from_engine(exc), is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()),
+        error = from_engine(exc)
+        answer = _error(error, is_json, scope.get(REQUEST_ID) or str(uuid.uuid4()),
                         query_json=not is_json and _wants_json(headers))
+        more: tuple[tuple[bytes, bytes], ...] = ()
+        if error.name == "RequestThrottled":
+            more = ((b"retry-after", b"1"),)
         if announces_body(dict(scope["headers"])):
-            answer = dataclasses.replace(
-                answer, headers=(*answer.headers, (b"connection", b"close")))
-        return answer
+            more = (*more, (b"connection", b"close"))
+        return dataclasses.replace(answer, headers=(*answer.headers, *more)) if more else answer
     if signer is not None:
         scope[_SIGNER] = signer
     return None
+
+
+async def _reserve_body(scope: Scope, state: Any, headers: Headers) -> None:
+    """The body's share of the bytes this process holds for requests not proven
+    yet (app/asgi/body_budget.py), reserved before a byte of it is read; given
+    back once the signature is checked (`_authenticate`) or the request ends.
+    A body of no declared length reserves the most the door takes."""
+    settings: Settings = state.settings
+    declared = headers.get("content-length")
+    if declared is not None and declared.strip().isdigit():
+        size = int(declared)
+    else:
+        size = settings.request_limit() if "transfer-encoding" in headers else 0
+    if size == 0:
+        return
+    budget: BodyBudget = state.unproven
+    reservation = await budget.reserve(size, settings.unproven_body_wait_seconds)
+    if reservation is None:
+        raise SqsError(
+            "RequestThrottled",
+            "Too many requests whose signature is not checked yet are being read; "
+            "retry later.",
+        )
+    scope[UNDO] = reservation.release
 
 
 async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
@@ -160,9 +191,18 @@ async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, st
             settings.sqs_account_id
         )
     signed, principal, secret, by_name = signer
-    sigv4.check(signed, secret=secret, method=request.scope["method"], path=request.path,
-                query_string=request.query, by_name=by_name, body=request.body)
+    try:
+        sigv4.check(signed, secret=secret, method=request.scope["method"], path=request.path,
+                    query_string=request.query, by_name=by_name, body=request.body)
+    finally:
+        _give_back(request.scope)  # proven or refused: its body is no longer unproven
     return principal, signed.key
+
+
+def _give_back(scope: Scope) -> None:
+    undo = scope.pop(UNDO, None)
+    if undo is not None:
+        undo()
 
 
 async def _handle(request: _Request, path_queue: str | None) -> Answer:
@@ -304,5 +344,13 @@ async def sqs_queue_url(account: str, queue: str, request: Request) -> Response:
     refused = await before_body(request.scope, request.app.state)
     if refused is not None:
         return response_of(refused)
-    body = await request.body()
-    return response_of(await _handle(_Request(request.scope, request.receive, body), queue))
+    try:
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            # Gone, or cut off for a late body (app/asgi/header_limits.py): no one
+            # hears this answer, and it is not the service's error.
+            return Response(status_code=400)
+        return response_of(await _handle(_Request(request.scope, request.receive, body), queue))
+    finally:
+        _give_back(request.scope)
