@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.auth.scopes import ACTIONS, Principal
+from app.errors import Forbidden
 
 TARGETS = ("queue", "name", "dead_letter_queue", "redrive_targets", "task", "listed")
 OPENAPI_KEY = "x-leaseq-scopes"
@@ -107,6 +108,22 @@ class Needs:
             raise Undeclared(f"the operation does not declare {target!r}: {self.texts()}")
         for queue in sorted(set(queues)):
             principal.require(action, queue)
+
+    def require_unnamed(self, principal: Principal, target: str, queues: Iterable[str]) -> None:
+        """`require`, of queues the caller did not name (a redrive back to the
+        sources of its messages): a refusal names only a queue the key may read."""
+        action = self.on(target)
+        if action is None:
+            raise Undeclared(f"the operation does not declare {target!r}: {self.texts()}")
+        refused = [q for q in sorted(set(queues)) if not principal.allows(action, q)]
+        for queue in refused:
+            if principal.allows("read", queue):
+                principal.require(action, queue)
+        if refused:
+            raise Forbidden(
+                f"This key may not {action} on {len(refused)} of the queues this request "
+                f"reaches, which it may not read."
+            )
 
 
 def dead_letter_queues(changes: Mapping[str, Any]) -> list[str]:

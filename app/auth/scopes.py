@@ -135,6 +135,12 @@ class Principal:
         """Holds `action` on some queue (listing then shows only those)."""
         return any(s.action in (action, "admin") for s in self.scopes)
 
+    def patterns(self, action: str) -> list[str] | None:
+        """The patterns of the queues `action` is granted on (None: every queue),
+        for a listing that shows only those."""
+        patterns = sorted({s.pattern for s in self.scopes if s.action in (action, "admin")})
+        return None if "*" in patterns else patterns
+
     @property
     def reads_every_queue(self) -> bool:
         return any(s.action in ("read", "admin") and s.pattern == "*" for s in self.scopes)

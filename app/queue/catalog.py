@@ -299,10 +299,17 @@ class QueueCatalog:
         return queue, stats
 
     async def list_queues(
-        self, prefix: str = "", after: str = "", limit: int = 1000
+        self, prefix: str = "", after: str = "", limit: int = 1000,
+        patterns: Sequence[str] | None = None,
     ) -> list[Queue]:
+        """A page of queues by name; with `patterns` (names in which `*` stands
+        for any run of characters, as a key's scopes write them), only those
+        matching one."""
+        like = None if patterns is None else [
+            "%".join(part.replace("_", "\\_") for part in p.split("*")) for p in patterns
+        ]
         rows = await self._db.fetch(
-            Q.list_queues, {"prefix": prefix, "after": after, "limit": limit}
+            Q.list_queues, {"prefix": prefix, "after": after, "limit": limit, "like": like}
         )
         return [_queue_from_row(row) for row in rows]
 
@@ -355,9 +362,12 @@ class QueueCatalog:
             rows = await session.fetch(Q.dead_letter_sources, {"queue_id": queue.id})
         return [row["name"] for row in rows]
 
-    async def delete_queue(self, name: str) -> None:
+    async def delete_queue(
+        self, name: str, readable: Callable[[str], bool] | None = None
+    ) -> None:
         """Delete a queue and its messages; refused while another queue names it as
-        its dead-letter queue."""
+        its dead-letter queue (the refusal names those `readable` allows, and
+        counts the others)."""
         try:
             async with self._db.transaction() as session:
                 queue = await self.lookup(session, name)
@@ -366,7 +376,7 @@ class QueueCatalog:
                 if rows:
                     raise QueueInUse(
                         f"Queue {name!r} is the dead-letter queue of "
-                        f"{', '.join(row['name'] for row in rows)}; "
+                        f"{_some_named([row['name'] for row in rows], readable)}; "
                         f"change their redrive policy first."
                     )
                 await session.fetch(Q.lock_redrive_tasks_of_queue, {"queue_id": queue.id})
@@ -410,6 +420,16 @@ class QueueCatalog:
             for statement in queue.kind.forget_on_purge:
                 await session.execute(statement, {"queue_id": queue.id})
             return purged
+
+
+def _some_named(names: list[str], readable: Callable[[str], bool] | None) -> str:
+    """`names` as a caller may see them: those it may read, the others counted."""
+    shown = [n for n in names if readable is None or readable(n)]
+    hidden = len(names) - len(shown)
+    parts = [", ".join(shown)] if shown else []
+    if hidden:
+        parts.append(f"{hidden} queue{'s' if hidden > 1 else ''} you may not read")
+    return " and ".join(parts)
 
 
 async def _announce_change(session: Session, queue_id: int) -> None:

@@ -82,12 +82,15 @@ SELECT id, fifo, redrive_sources FROM leaseq.queues WHERE name = :name FOR SHARE
 
 -- name: list_queues
 -- returns: QueueRow
--- Queues whose name starts with a prefix, in name order, one page after a name.
+-- Queues whose name starts with a prefix, in name order, one page after a name;
+-- with :like (LIKE patterns), only the names matching one of them: a key's page
+-- is full of queues it may read, and its last name, the next page's cursor, is one.
 SELECT
 {{queue_columns}}
 FROM leaseq.queues AS q
 LEFT JOIN leaseq.queues AS d ON d.id = q.dead_letter_queue_id
 WHERE starts_with(q.name, :prefix) AND q.name > :after
+  AND (CAST(:like AS text[]) IS NULL OR q.name LIKE ANY(CAST(:like AS text[])))
 ORDER BY q.name
 LIMIT :limit;
 

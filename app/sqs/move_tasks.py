@@ -100,12 +100,16 @@ async def start_message_move_task(ctx: Context, params: dict[str, Any]) -> dict[
         else _queue_of_arn(ctx, destination_arn, "DestinationArn")
     )
     rate = param_ranged(params, "MaxNumberOfMessagesPerSecond", 1, MAX_PER_SECOND)
+    if destination is not None:
+        # Before looking it up: whether a queue beyond the key's scopes exists
+        # is not the key's to learn.
+        ctx.needs.require(ctx.principal, "redrive_targets", [destination])
     await _dead_letter_queue(ctx, source)
     if destination is not None:
         await _check_destination(ctx, source, destination)
-    if not ctx.principal.anonymous:
-        into = await ctx.redrives.reached_by(source, destination)
-        ctx.needs.require(ctx.principal, "redrive_targets", into)
+    elif not ctx.principal.anonymous:
+        into = await ctx.redrives.reached_by(source, None)
+        ctx.needs.require_unnamed(ctx.principal, "redrive_targets", into)
     try:
         task = await ctx.redrives.start(source, destination, rate)
     except RedriveInProgress as exc:

@@ -109,14 +109,15 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     prefix = param_str(params, "QueueNamePrefix") or ""
     limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(param_str(params, "NextToken"))
+    # A key sees the queues it may read, and only those are read: NextToken,
+    # the page's last name, is never another key's queue.
+    action = ctx.needs.on("listed") or "read"
     page = await ctx.service.queues.list_queues(
-        prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1
+        prefix=prefix, after=after, limit=(limit or LIST_QUEUES_MAX) + 1,
+        patterns=ctx.principal.patterns(action),
     )
     more = len(page) > (limit or LIST_QUEUES_MAX)
     page = page[: limit or LIST_QUEUES_MAX]
-    # A key sees the queues it may read: a page may come out shorter than
-    # MaxResults, and NextToken still continues after the page's last queue.
-    action = ctx.needs.on("listed") or "read"
     shown = [q for q in page if ctx.principal.allows(action, q.name)]
     # No queue: SQS leaves QueueUrls out (not an empty list).
     result: dict[str, Any] = {"QueueUrls": [ctx.queue_url(q.name) for q in shown]} if shown else {}
@@ -126,7 +127,9 @@ async def list_queues(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_queue(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    await ctx.service.queues.delete_queue(queue_of(ctx, params))
+    await ctx.service.queues.delete_queue(
+        queue_of(ctx, params), lambda name: ctx.principal.allows("read", name)
+    )
     return {}
 
 
@@ -141,7 +144,9 @@ async def list_dead_letter_source_queues(
     name = queue_of(ctx, params)
     limit = param_ranged(params, "MaxResults", 1, LIST_QUEUES_MAX)
     after = _after(param_str(params, "NextToken"))
-    sources = [s for s in await ctx.service.queues.dead_letter_sources(name) if s > after]
+    # Only the sources the key may read: the others are other keys' queues.
+    sources = [s for s in await ctx.service.queues.dead_letter_sources(name)
+               if s > after and ctx.principal.allows("read", s)]
     page = sources[: limit or LIST_QUEUES_MAX]
     result: dict[str, Any] = {"queueUrls": [ctx.queue_url(s) for s in page]}
     if limit is not None and len(sources) > len(page):

@@ -155,12 +155,16 @@ async def overview(
     request: Request, prefix: str = Query("", max_length=80, pattern=_NAME_CHARS)
 ) -> dict[str, Any]:
     """Every queue the key may read (the first 1000 by name), with its depth
-    (the /metrics gauges' reading, at most two seconds old) and sparkline."""
+    (the /metrics gauges' reading, at most two seconds old) and sparkline. Other
+    queues are never named: a dead-letter queue or a source the key may not read
+    is only counted."""
     state = request.app.state
     principal = principal_of(request)
     throughput = state.throughput
     throughput.watch()
-    queues = await state.service.queues.list_queues(prefix=prefix, after="", limit=1000)
+    queues = await state.service.queues.list_queues(
+        prefix=prefix, after="", limit=1000, patterns=principal.patterns("read")
+    )
     depth: dict[str, dict[str, float]] = {}
     sources: dict[str, dict[str, int]] = {}
     # A source queue's messages in any dead-letter queue, whether the key may
@@ -183,15 +187,21 @@ async def overview(
             continue
         counts = depth.get(queue.name, {"visible": 0, "in_flight": 0, "delayed": 0, "oldest": 0.0})
         sent, deleted = throughput.series(queue.name)
+        dead_letter_queue = queue.attributes.dead_letter_queue
+        hidden = dead_letter_queue is not None and not principal.allows("read", dead_letter_queue)
+        its_sources = sources.get(queue.name, {})
+        readable = {s: n for s, n in its_sources.items() if principal.allows("read", s)}
         shown.append({
             "name": queue.name,
             "fifo": queue.attributes.fifo,
-            "dead_letter_queue": queue.attributes.dead_letter_queue,
+            "dead_letter_queue": None if hidden else dead_letter_queue,
+            "dead_letter_queue_unreadable": hidden,
             "visible": int(counts["visible"]),
             "in_flight": int(counts["in_flight"]),
             "delayed": int(counts["delayed"]),
             "oldest_visible_age_seconds": round(counts["oldest"], 3),
-            "dead_letter_sources": sources.get(queue.name, {}),
+            "dead_letter_sources": readable,
+            "unreadable_sources_messages": sum(its_sources.values()) - sum(readable.values()),
             "dead_lettered": dead_lettered.get(queue.name, 0),
             "sent_per_second": [round(v, 3) for v in sent],
             "deleted_per_second": [round(v, 3) for v in deleted],

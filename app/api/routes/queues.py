@@ -56,10 +56,14 @@ async def list_queues(
     ),
     limit: int = Query(1000, ge=1, le=1000),
 ) -> QueueList:
-    queues = await service.queues.list_queues(prefix=prefix, after=after, limit=limit)
-    next_after = queues[-1].name if len(queues) == limit else None
-    # A key sees the queues it may read; a page may be shorter than `limit`.
+    # A key sees the queues it may read, and only those are read: the cursor,
+    # the page's last name, is never another key's queue.
     principal, action = principal_of(request), needs_of_request(request.scope).on("listed")
+    patterns = principal.patterns(action) if action else []
+    queues = await service.queues.list_queues(
+        prefix=prefix, after=after, limit=limit, patterns=patterns
+    )
+    next_after = queues[-1].name if len(queues) == limit else None
     shown = [QueueOut.of(q) for q in queues if action and principal.allows(action, q.name)]
     return QueueList(queues=shown, next_after=next_after)
 
@@ -86,8 +90,9 @@ async def update_queue(
 @router.delete("/{queue}", status_code=status.HTTP_204_NO_CONTENT,
                responses=responses("queue_not_found", "queue_in_use", "database_unavailable"),
                **scopes("admin:queue"))
-async def delete_queue(queue: str, service: ServiceDep) -> None:
-    await service.queues.delete_queue(queue)
+async def delete_queue(queue: str, service: ServiceDep, request: Request) -> None:
+    principal = principal_of(request)
+    await service.queues.delete_queue(queue, lambda name: principal.allows("read", name))
 
 
 @router.post("/{queue}/purge", responses=responses("queue_not_found", "database_unavailable"),

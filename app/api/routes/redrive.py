@@ -21,9 +21,13 @@ def _redrives(request: Request) -> Redrives:
 
 @router.get("/v1/queues/{queue}/dead-letter-sources", operation_id="list_dead_letter_sources",
             responses=responses("queue_not_found", "database_unavailable"), **scopes("read:queue"))
-async def dead_letter_sources(queue: str, service: ServiceDep) -> DeadLetterSourcesOut:
-    """Queues whose redrive policy names this queue."""
-    return DeadLetterSourcesOut(queues=await service.queues.dead_letter_sources(queue))
+async def dead_letter_sources(
+    queue: str, service: ServiceDep, request: Request
+) -> DeadLetterSourcesOut:
+    """Queues whose redrive policy names this queue: those the key may read."""
+    principal = principal_of(request)
+    sources = await service.queues.dead_letter_sources(queue)
+    return DeadLetterSourcesOut(queues=[s for s in sources if principal.allows("read", s)])
 
 
 @router.post(
@@ -44,7 +48,11 @@ async def start_redrive(
     principal = principal_of(request)
     if not principal.anonymous:
         into = await redrives.reached_by(queue, body.destination)
-        needs_of_request(request.scope).require(principal, "redrive_targets", into)
+        needs = needs_of_request(request.scope)
+        if body.destination is None:
+            needs.require_unnamed(principal, "redrive_targets", into)
+        else:
+            needs.require(principal, "redrive_targets", into)
     task = await redrives.start(queue, body.destination, body.max_per_second)
     return RedriveTaskOut.of(task)
 

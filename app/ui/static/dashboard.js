@@ -91,7 +91,8 @@ import {
     every(REFRESH_MS, async () => {
       const overview = await api('GET', '/ui/api/overview');
       body.replaceChildren(...overview.queues.map((queue) => {
-        const isDeadLetter = Object.keys(queue.dead_letter_sources).length > 0;
+        const isDeadLetter = Object.keys(queue.dead_letter_sources).length > 0
+          || queue.unreadable_sources_messages > 0;
         return h('tr', { 'data-queue': queue.name },
           h('td', {},
             h('a', { href: `/ui/queues/${q(queue.name)}` }, queue.name),
@@ -105,7 +106,7 @@ import {
           h('td', { class: 'num', 'data-field': 'oldest' }, age(queue.oldest_visible_age_seconds)),
           h('td', {}, queue.dead_letter_queue
             ? h('a', { href: `/ui/dead-letter/${q(queue.dead_letter_queue)}` }, queue.dead_letter_queue)
-            : '–'),
+            : queue.dead_letter_queue_unreadable ? 'a queue this key may not read' : '–'),
           h('td', { 'data-field': 'throughput' },
             sparkline(queue.sent_per_second, queue.deleted_per_second,
               overview.sparkline_interval_seconds, overview.sparkline_window_seconds)));
@@ -432,8 +433,10 @@ import {
       const mine = overview.queues.find((x) => x.name === name);
       const counts = mine ? mine.dead_letter_sources : {};
       const names = [...new Set([...sources, ...Object.keys(counts)])].sort();
+      const unreadable = mine ? mine.unreadable_sources_messages : 0;
       sourceList.replaceChildren(...names.map((source) => h('li', { 'data-source': source },
-        h('a', { href: `/ui/queues/${q(source)}` }, source), `: ${counts[source] || 0} messages`)));
+        h('a', { href: `/ui/queues/${q(source)}` }, source), `: ${counts[source] || 0} messages`)),
+        ...(unreadable ? [h('li', {}, `Queues this key may not read: ${unreadable} messages`)] : []));
     };
     every(REFRESH_MS, refresh);
   }
