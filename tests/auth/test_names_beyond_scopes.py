@@ -173,7 +173,7 @@ async def test_sqs_dead_letter_sources_are_only_readable_ones(
 
 
 @pytest.mark.parametrize("protocol", ["json", "query"])
-async def test_sqs_move_task_refusal_is_the_same_for_a_queue_that_does_not_exist(
+async def test_sqs_refusal_is_the_same_for_a_queue_that_does_not_exist(
     serve_factory: ServeApp, protocol: str
 ) -> None:
     team, admin = await _sqs_world(serve_factory, protocol)
@@ -183,8 +183,12 @@ async def test_sqs_move_task_refusal_is_the_same_for_a_queue_that_does_not_exist
         destination = await refusal(team.start_message_move_task,
                                     SourceArn=ARN + "team-a-dlq", DestinationArn=ARN + missing)
         listed = await refusal(team.list_message_move_tasks, SourceArn=ARN + missing)
+        url = (await run(team.get_queue_url, QueueName="team-a-1"))["QueueUrl"]
+        policy = f'{{"deadLetterTargetArn": "{ARN + missing}", "maxReceiveCount": "2"}}'
+        redrive_policy = await refusal(team.set_queue_attributes, QueueUrl=url,
+                                       Attributes={"RedrivePolicy": policy})
         answers.append([(code, message.replace(missing, "<queue>"))
-                        for code, message in (source, destination, listed)])
+                        for code, message in (source, destination, listed, redrive_policy)])
     assert answers[0] == answers[1]
     assert {code for code, _ in answers[0]} == {"AccessDenied"}
     # The control: an admin of every queue is told which one does not exist.
