@@ -160,7 +160,8 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_body = False
-        self._unlist_body()
+        if self._body_listed:
+            self._unlist_body()
         # What follows is the next request's headers.
         self._counting = True
         self._header_bytes = 0
