@@ -363,6 +363,11 @@ class Settings(BaseSettings):
         "X-Forwarded-Proto and X-Forwarded-For are believed: a request through them "
         "counts as https (the dashboard's cookie gets Secure) from the client's address.",
     )
+    dashboard_session_seconds: float = Field(
+        default=43200.0, ge=1, le=31 * 86400,
+        description="How long a dashboard sign-in lasts at most, on the database's clock; "
+        "signing out, or revoking the key, ends it sooner on every process.",
+    )
 
     @field_validator("secret")
     @classmethod

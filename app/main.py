@@ -26,6 +26,7 @@ from app.asgi.lean import Front, LeanApp, declares_more_than
 from app.auth.access import Needs
 from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
+from app.auth.sessions import DashboardSessions
 from app.auth.store import KeyStore
 from app.config import Settings, parse_credentials
 from app.db.connector import Connector, DatabaseError
@@ -172,8 +173,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys = KeyStore(
             db, master=master, listening=lambda: hub.listening, static=credentials,
         )
+        sessions = DashboardSessions(
+            db, master=master, keys=keys, listening=lambda: hub.listening,
+            lifetime=settings.dashboard_session_seconds,
+        )
         listener = Listener(
-            listen_url, hub, dial=dial, notices=(keys.on_notice, keyring.on_notice)
+            listen_url, hub, dial=dial,
+            notices=(keys.on_notice, keyring.on_notice, sessions.on_notice),
         )
         catalog = QueueCatalog(db, hub)
         # Once across the fleet: the process holding the maintenance lock sweeps
@@ -196,6 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # SIGTERM: parked long polls answer at once instead of holding the drain.
         stop_hook = on_stop_signal(hub.close)
         app.state.keys = keys
+        app.state.sessions = sessions
         app.state.keyring = keyring
         app.state.settings = settings
         app.state.hub = hub
@@ -291,6 +298,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     guarding: dict[str, Any] = dict(
         rules=rules,
         keys=lambda: getattr(app.state, "keys", None),
+        sessions=lambda: getattr(app.state, "sessions", None),
         limiter=limiter,
         allowed_hosts=settings.host_allow_list(),
         allowed_origins=settings.origins(),

@@ -6,7 +6,8 @@ browser request from another site is refused unless its origin is allowed
 request can change state); the API key, when keys exist, is valid; its
 scopes cover the route; its request rate is not spent. The key is the
 `Authorization: Bearer` header, or, for the dashboard's script (which names
-itself with a header), the dashboard's HttpOnly cookie.
+itself with a header), the key of the session the dashboard's HttpOnly cookie
+names (app/auth/sessions.py).
 
 Which scopes a REST route needs is its declaration (app/auth/access.py),
 kept in its decorator; the Guard checks what the request line tells (the
@@ -32,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.access import Needs, needs_of_route
 from app.auth.scopes import EVERYONE, Principal
+from app.auth.sessions import COOKIE, DashboardSessions
 from app.auth.store import KeyStore
 from app.errors import (
     Forbidden,
@@ -46,8 +48,8 @@ from app.queue.waiting import CALLER_KEY
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 _SQS_PATH = re.compile(r"^/(?:[0-9]{12}/[^/]+)?$")
-DASHBOARD_COOKIE = "leaseq_key"
-"""The dashboard's API key: HttpOnly (no script reads it), SameSite=Strict."""
+DASHBOARD_COOKIE = COOKIE
+"""The dashboard's session (never the key): HttpOnly, SameSite=Strict."""
 DASHBOARD_HEADER = b"x-leaseq-dashboard"
 """The dashboard's script names itself with this header; only then does the
 cookie stand for an Authorization header. Another site's page cannot send a
@@ -197,6 +199,7 @@ class Guard:
         app: ASGIApp,
         *,
         keys: Callable[[], KeyStore | None],
+        sessions: Callable[[], DashboardSessions | None] = lambda: None,
         limiter: RateLimiter,
         allowed_hosts: list[str] | None,
         allowed_origins: list[str],
@@ -207,6 +210,7 @@ class Guard:
         self.app = app
         self._rules = rules
         self._keys = keys
+        self._sessions = sessions
         self._limiter = limiter
         self._hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         # "*.example.com" allows every name under example.com.
@@ -308,10 +312,16 @@ class Guard:
             return EVERYONE
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         if not authorization and DASHBOARD_HEADER in headers:
-            key = dashboard_key(headers.get(b"cookie", b""))
-            if key is None:
+            cookie = dashboard_cookie(headers.get(b"cookie", b""))
+            sessions = self._sessions()
+            if cookie is None or sessions is None:
                 raise Unauthenticated("Sign in to the dashboard with an API key.")
-            return await store.bearer(key)
+            principal = await sessions.principal(cookie)
+            if principal is None:
+                raise Unauthenticated(
+                    "This dashboard session has ended (signed out, expired, or its key "
+                    "revoked): sign in again.")
+            return principal
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated(
@@ -332,8 +342,8 @@ def _authorize(rules: Rules, principal: Principal, method: str, path: str) -> No
     needs.check_request_line(principal, queue)
 
 
-def dashboard_key(cookie_header: bytes) -> str | None:
-    """The dashboard cookie's key from a Cookie header."""
+def dashboard_cookie(cookie_header: bytes) -> str | None:
+    """The dashboard's cookie (its session) from a Cookie header."""
     cookies = cookie_parser(cookie_header.decode("latin-1"))
     return cookies.get(DASHBOARD_COOKIE) or None
 

@@ -111,3 +111,24 @@ SELECT leaseq.remove_grant(:role, :scope) AS removed;
 SELECT role, action || ':' || pattern AS scope, created_at
 FROM leaseq.grants
 ORDER BY role, action, pattern;
+
+-- name: start_dashboard_session
+-- A dashboard sign-in (app/auth/sessions.py), on the database's clock; the
+-- expired ones go first, so the table holds no more than the live sessions.
+WITH expired AS (
+    DELETE FROM leaseq.dashboard_sessions WHERE expires_at <= now()
+)
+INSERT INTO leaseq.dashboard_sessions (id_hash, key_id, expires_at)
+VALUES (:id_hash, :key_id, now() + make_interval(secs => :lifetime));
+
+-- name: get_dashboard_session
+-- returns: DashboardSessionRow
+-- plan: cached
+SELECT key_id, EXTRACT(EPOCH FROM expires_at - now())::float8 AS seconds_left
+FROM leaseq.dashboard_sessions
+WHERE id_hash = :id_hash AND expires_at > now();
+
+-- name: end_dashboard_session
+-- returns: EndedSessionRow
+DELETE FROM leaseq.dashboard_sessions WHERE id_hash = :id_hash
+RETURNING key_id;

@@ -79,3 +79,12 @@ class GrantRow(TypedDict):
     role: str
     scope: str
     created_at: datetime
+
+
+class DashboardSessionRow(TypedDict):
+    key_id: str
+    seconds_left: float
+
+
+class EndedSessionRow(TypedDict):
+    key_id: str

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from app.auth.rows import (
     AnyKeyRow,
+    DashboardSessionRow,
+    EndedSessionRow,
     ExistsRow,
     GrantAddedRow,
     GrantRow,
@@ -42,6 +44,9 @@ class Statements(Queries):
     add_grant: Query[GrantAddedRow]
     remove_grant: Query[RemovedRow]
     list_grants: Query[GrantRow]
+    start_dashboard_session: Query[None]
+    get_dashboard_session: Query[DashboardSessionRow]
+    end_dashboard_session: Query[EndedSessionRow]
 
 
 Q = load("app.auth", Statements)

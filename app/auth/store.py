@@ -151,6 +151,20 @@ class KeyStore:
         self._touch(key_id)
         return cached.principal
 
+    async def holder(self, key_id: str) -> Principal | None:
+        """The principal of a usable key by its id alone: for a dashboard session
+        (app/auth/sessions.py), whose key's secret was checked at sign-in."""
+        static = self._static.get(key_id)
+        if static is not None:
+            return static[0]
+        if not tokens.KEY_ID.fullmatch(key_id):
+            return None
+        cached = await self._lookup(key_id)
+        if cached is None:
+            return None
+        self._touch(key_id)
+        return cached.principal
+
     async def signing_secret(self, key_id: str) -> tuple[Principal, str] | None:
         """The principal and secret of an access key id, for checking a SigV4 signature."""
         static = self._static.get(key_id)

@@ -3,10 +3,12 @@ dead-letter queue), its assets, signing in and out, and the two readings the
 REST API has no route for: who is signed in, and every queue's depth with its
 sparkline at once.
 
-Signing in checks the key and puts it in an HttpOnly, SameSite=Strict cookie;
-the page's script then sends `X-Leaseq-Dashboard` with every request, and the
-Guard takes the cookie for the key (app/auth/guard.py). Every change the page
-makes goes through the REST API, so the key's scopes decide it there.
+Signing in checks the key and starts a session (app/auth/sessions.py), named
+by an HttpOnly, SameSite=Strict cookie that holds nothing of the key; the
+page's script then sends `X-Leaseq-Dashboard` with every request, and the
+Guard takes the session's key (app/auth/guard.py). Signing out ends the
+session on every process. Every change the page makes goes through the REST
+API, so the key's scopes decide it there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from app.asgi.lean import declares_more_than
 from app.auth.access import scopes
 from app.auth.guard import DASHBOARD_COOKIE, principal_of
 from app.auth.scopes import Principal
+from app.auth.sessions import DashboardSessions
 from app.auth.store import KeyStore
 from app.errors import InvalidParameter, UnsupportedMediaType
 
@@ -45,6 +48,8 @@ _PAGE_HEADERS = {
     "cache-control": "no-store",
 }
 _NAME_CHARS = r"^[A-Za-z0-9_.-]*$"
+_KEY_COOKIE = "leaseq_key"
+"""The cookie that once held the key itself: a browser forgets it at sign-in and out."""
 SIGN_IN_BODY_BYTES = 4096
 """The longest sign-in body: a key is a few hundred bytes at most."""
 
@@ -85,9 +90,19 @@ def _keys(request: Request) -> KeyStore:
     return keys
 
 
+def _sessions(request: Request) -> DashboardSessions:
+    sessions: DashboardSessions = request.app.state.sessions
+    return sessions
+
+
+def _cookie_options(request: Request) -> dict[str, Any]:
+    return {"path": "/", "httponly": True, "samesite": "strict",
+            "secure": request.url.scheme == "https"}
+
+
 @router.post("/ui/session")
 async def sign_in(request: Request) -> Response:
-    """Checks the key and keeps it in the dashboard's cookie."""
+    """Checks the key and starts a session, which the dashboard's cookie names."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json":
         raise UnsupportedMediaType("Sign in with a JSON body: {\"key\": \"<key id>.<secret>\"}.")
@@ -101,11 +116,11 @@ async def sign_in(request: Request) -> Response:
     keys = _keys(request)
     await keys.ensure()
     principal = await keys.bearer(token.strip())
+    assert principal.key_id is not None  # a key's principal names it
+    cookie = await _sessions(request).start(principal.key_id)
     response = JSONResponse(_who(principal, keys_required=keys.enforcing))
-    response.set_cookie(
-        DASHBOARD_COOKIE, token.strip(), httponly=True, samesite="strict", path="/",
-        secure=request.url.scheme == "https",
-    )
+    response.set_cookie(DASHBOARD_COOKIE, cookie, **_cookie_options(request))
+    response.delete_cookie(_KEY_COOKIE, **_cookie_options(request))
     return response
 
 
@@ -128,9 +143,15 @@ async def _small_body(request: Request) -> bytes:
 
 
 @router.delete("/ui/session")
-async def sign_out() -> Response:
+async def sign_out(request: Request) -> Response:
+    """Ends the cookie's session on every process, not only in this browser: a
+    copy of the cookie is refused everywhere once this answers."""
+    cookie = request.cookies.get(DASHBOARD_COOKIE)
+    if cookie:
+        await _sessions(request).end(cookie)
     response = Response(status_code=204)
-    response.delete_cookie(DASHBOARD_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(DASHBOARD_COOKIE, **_cookie_options(request))
+    response.delete_cookie(_KEY_COOKIE, **_cookie_options(request))
     return response
 
 

@@ -70,7 +70,7 @@ async def test_signing_in_sets_an_httponly_strict_cookie_the_script_uses(
     assert cross.status_code == 403
 
     out = await client.delete("/ui/session")
-    assert out.status_code == 204 and 'leaseq_key=""' in out.headers["set-cookie"]
+    assert out.status_code == 204 and 'leaseq_session=""' in out.headers["set-cookie"]
     assert (await client.get("/ui/api/session", headers=DASHBOARD)).status_code == 401
 
 

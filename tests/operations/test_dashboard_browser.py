@@ -298,8 +298,9 @@ async def test_signing_in_keeps_the_key_from_scripts_and_scopes_grey_out_actions
         await expect(page.locator('tr[data-queue="reports"] [data-field="visible"]')).to_have_text(
             "1", timeout=WAIT_MS)
         await expect(page.locator("#signed-in")).to_contain_text("read:*")
-        (cookie,) = [c for c in await page.context.cookies() if c["name"] == "leaseq_key"]
+        (cookie,) = [c for c in await page.context.cookies() if c["name"] == "leaseq_session"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert viewer.split(".", 1)[0] not in cookie["value"]  # a session, not the key
         assert await page.evaluate("document.cookie") == ""  # no script can read the key
 
         await page.goto(f"{base}/ui/queues/reports")
@@ -317,4 +318,4 @@ async def test_signing_in_keeps_the_key_from_scripts_and_scopes_grey_out_actions
 
         await page.click("#sign-out")
         await expect(page.locator("#key")).to_be_visible(timeout=WAIT_MS)
-        assert not [c for c in await page.context.cookies() if c["name"] == "leaseq_key"]
+        assert not [c for c in await page.context.cookies() if c["name"] == "leaseq_session"]

@@ -1,7 +1,8 @@
 // The leaseq dashboard: the queue list, a queue, a dead-letter queue. Every
 // reading and every change goes through the REST API (or /ui/api for the two
-// readings it has no route for) with the signed-in key, which the browser
-// keeps in an HttpOnly cookie: this script never sees it. Text from queues
+// readings it has no route for) with the signed-in key: signing in starts a
+// session the browser keeps in an HttpOnly cookie (never the key itself), and
+// this script never sees it. Signing out ends it on the server. Text from queues
 // (names, bodies) only ever goes into the page as text nodes. A module: strict,
 // run once the page is parsed.
 
@@ -40,7 +41,14 @@ import {
       h('span', { id: 'signed-in' }, `${session.name} (${session.key_id}): ${session.scopes.join(' ')}`),
       h('button', {
         class: 'secondary', id: 'sign-out',
-        onclick: async () => { await api('DELETE', '/ui/session'); location.reload(); },
+        onclick: async () => {
+          try {
+            await api('DELETE', '/ui/session');
+            location.reload();
+          } catch (failure) {
+            flash(`Not signed out: ${failure.message}`, true);
+          }
+        },
       }, 'Sign out'),
     );
   }
@@ -67,7 +75,7 @@ import {
     app.replaceChildren(
       h('h1', {}, 'Sign in'),
       h('p', { class: 'muted' },
-        'This service needs an API key. It is kept in a cookie no script can read, for this browser session.'),
+        'This service needs an API key. It is checked, not kept: signing in starts a session in a cookie no script can read, until you sign out or close the browser (12 hours at most by default).'),
       form,
     );
   }
