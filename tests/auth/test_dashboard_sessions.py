@@ -7,11 +7,21 @@ the service did not sign is refused, and the raw key in a cookie (the old
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
+
 import httpx
+import pytest
 from conftest import AppClient
 from support import eventually
 
 from app.auth import tokens
+from app.auth.sessions import DashboardSessions
+from app.auth.store import KeyStore
+from app.config import Settings
+from app.db.connector import Connector
+from app.db.engine import create_engine, dialer
+from app.errors import DatabaseUnavailable
 
 ADMIN = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
 DASHBOARD = {"x-leaseq-dashboard": "1"}
@@ -125,3 +135,35 @@ async def test_a_cookie_the_service_did_not_sign_is_refused(app_factory: AppClie
     # did not sign it: the session is not its to honour.
     stranger = await app_factory(admin_key=ADMIN, secret=OTHER_SECRET)
     assert await _status(stranger, cookie) == 401
+
+
+async def test_a_cookie_the_service_did_not_sign_costs_no_query(
+    app_factory: AppClient, settings_factory: Callable[..., Settings],
+) -> None:
+    """The signature is checked before the database is asked: sessions whose
+    database cannot be reached refuse every forged cookie all the same, and only
+    a genuine one makes them ask (and fail)."""
+    client = await app_factory(admin_key=ADMIN)
+    _, value = (await _sign_in(client, await _key(client, "read:*"))).split("=", 1)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = settings_factory(database_url=f"postgresql://postgres@127.0.0.1:{port}/nothing",
+                                pool_wait_seconds=0.5)
+    engine = create_engine(settings.database_url or "", pool_size=1, dial=dialer(settings),
+                           pgbouncer="off", pool_timeout=0.5)
+    try:
+        db = Connector(engine)
+        master = settings.master_secret()
+        keys = KeyStore(db, master=master, listening=lambda: True)
+        sessions = DashboardSessions(db, master=master, keys=keys, listening=lambda: True,
+                                     lifetime=60)
+        for at in (0, len(value) // 3, len(value) - 1):
+            forged = value[:at] + ("A" if value[at] != "A" else "B") + value[at + 1:]
+            assert await sessions.principal(forged) is None
+        assert await sessions.principal(tokens.new_secret()) is None
+        with pytest.raises(DatabaseUnavailable):
+            await sessions.principal(value)
+        await keys.close()
+    finally:
+        await engine.dispose()
