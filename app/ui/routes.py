@@ -108,7 +108,7 @@ async def sign_in(request: Request) -> Response:
         raise UnsupportedMediaType("Sign in with a JSON body: {\"key\": \"<key id>.<secret>\"}.")
     try:
         body = json.loads(await _small_body(request))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser
         raise InvalidParameter("The body is not JSON.") from exc
     token = body.get("key") if isinstance(body, dict) else None
     if not isinstance(token, str) or not 0 < len(token) <= 200:
@@ -117,6 +117,8 @@ async def sign_in(request: Request) -> Response:
     await keys.ensure()
     principal = await keys.bearer(token.strip())
     assert principal.key_id is not None  # a key's principal names it
+    # Each sign-in stores a session: it counts against the key's rate as a request does.
+    request.app.state.limiter.take(principal)
     cookie = await _sessions(request).start(principal.key_id)
     response = JSONResponse(_who(principal, keys_required=keys.enforcing))
     response.set_cookie(DASHBOARD_COOKIE, cookie, **_cookie_options(request))

@@ -49,3 +49,26 @@ async def test_a_short_body_signs_in(app_factory: AppClient) -> None:
     signed = await client.post("/ui/session", json={"key": ADMIN})
     assert signed.status_code == 200, signed.text
     assert len(json.dumps({"key": ADMIN})) < SIGN_IN_BODY_BYTES
+
+
+async def test_a_deeply_nested_body_is_a_client_error(app_factory: AppClient) -> None:
+    # Well within the size, far past the JSON parser's recursion limit.
+    client = await app_factory(admin_key=ADMIN)
+    deep = b"[" * (SIGN_IN_BODY_BYTES // 2) + b"]" * (SIGN_IN_BODY_BYTES // 2)
+    refused = await client.post("/ui/session", content=deep,
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "validation_error"
+    assert "set-cookie" not in refused.headers
+
+
+async def test_sign_ins_count_against_the_keys_rate(app_factory: AppClient) -> None:
+    # Each sign-in stores a session: a key may not store them faster than its rate.
+    client = await app_factory(admin_key=ADMIN, key_rate=0.5)
+    first = await client.post("/ui/session", json={"key": ADMIN})
+    assert first.status_code == 200, first.text
+    second = await client.post("/ui/session", json={"key": ADMIN})
+    assert second.status_code == 429, second.text
+    assert second.json()["code"] == "rate_limited"
+    assert "set-cookie" not in second.headers
