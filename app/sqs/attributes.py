@@ -283,7 +283,8 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
             "deadLetterTargetArn and maxReceiveCount.",
         )
     count = policy["maxReceiveCount"]
-    if isinstance(count, str) and count.strip().isdigit():
+    # ASCII digits, few enough for int() ("²" is a digit to str.isdigit()).
+    if isinstance(count, str) and re.fullmatch(r"[0-9]{1,9}", count.strip()):
         count = int(count)
     if not isinstance(count, int) or isinstance(count, bool):
         raise SqsError(

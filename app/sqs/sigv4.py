@@ -216,7 +216,9 @@ def _parse_presigned(query_string: str, *, now: datetime) -> Signed:
     amz_date = given["X-Amz-Date"]
     scope = _scope(given["X-Amz-Credential"], amz_date)
     expires = given["X-Amz-Expires"]
-    if not expires.isdigit() or not 1 <= int(expires) <= MAX_EXPIRES:
+    # ASCII digits, few enough for int(): str.isdigit() also takes "²", and a
+    # thousands of digits long number, both of which int() refuses.
+    if not re.fullmatch(r"[0-9]{1,7}", expires) or not 1 <= int(expires) <= MAX_EXPIRES:
         raise SqsError(
             "IncompleteSignature", f"X-Amz-Expires must be 1 to {MAX_EXPIRES} seconds."
         )

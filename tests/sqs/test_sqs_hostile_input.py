@@ -5,16 +5,20 @@ SQS refuses."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
+from conftest import AppClient
 from sqs_clients import ACCOUNT, run
 from sqs_clients import client as sqs_client
 
 from app.sqs import protocol
 from app.sqs.errors import SqsError
 
+ADMIN_KEY = "LQHOSTILEADMIN000001.hostile-secret-0123456789abcdefghij"
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 QUEUE_URL = f"http://leaseq.test/{ACCOUNT}/tagged"
 
@@ -173,3 +177,50 @@ async def test_query_tags_with_nul_are_invalid_parameters(client: httpx.AsyncCli
         assert query_error(await client.post("/", content=body, headers=FORM)) == (
             "InvalidParameterValue"
         ), body
+
+
+# -- numbers Python's str.isdigit() takes and int() refuses ---------------------
+
+# "²" is a digit to str.isdigit() and not a number to int(); 5,000 digits are past
+# int()'s limit on the digits it converts.
+NOT_NUMBERS = {"superscript two": "\u00b2", "5,000 digits": "1" * 5_000}
+
+
+@pytest.mark.parametrize("count", NOT_NUMBERS.values(), ids=NOT_NUMBERS.keys())
+async def test_a_max_receive_count_that_is_no_number_is_an_invalid_attribute(
+    client: httpx.AsyncClient, count: str
+) -> None:
+    policy = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:us-east-1:{ACCOUNT}:dlq",
+                         "maxReceiveCount": count})
+    answer = await client.post("/", **sqs_json("CreateQueue", {
+        "QueueName": "redriven", "Attributes": {"RedrivePolicy": policy}}))
+    assert json_error(answer) == "InvalidAttributeValue"
+
+
+def presigned_get(expires: str) -> str:
+    now = datetime.now(UTC)
+    return "/?" + urlencode({
+        "Action": "ListQueues", "X-Amz-Algorithm": "AWS4-HMAC-SHA256",
+        "X-Amz-Credential": f"LQ0000000000000000AA/{now:%Y%m%d}/us-east-1/sqs/aws4_request",
+        "X-Amz-Date": f"{now:%Y%m%dT%H%M%SZ}", "X-Amz-Expires": expires,
+        "X-Amz-SignedHeaders": "host", "X-Amz-Signature": "0" * 64,
+    })
+
+
+@pytest.mark.parametrize("expires", NOT_NUMBERS.values(), ids=NOT_NUMBERS.keys())
+@pytest.mark.parametrize("keys", ["open", "keys"])
+async def test_a_presigned_expiry_that_is_no_number_is_an_incomplete_signature(
+    app_factory: AppClient, expires: str, keys: str
+) -> None:
+    # Open, the form of a presigned GET is checked (a changing GET needs a whole
+    # one); with keys, before anything else.
+    client = await app_factory(**({"admin_key": ADMIN_KEY} if keys == "keys" else {}))
+    path = presigned_get(expires).replace("ListQueues", "PurgeQueue")
+    answer = await client.get(path)
+    assert answer.status_code in (400, 403), answer.text[:300]
+    assert query_error_any(answer) in (
+        "IncompleteSignature", "AWS.SimpleQueueService.UnsupportedOperation")
+
+
+def query_error_any(response: httpx.Response) -> str:
+    return response.text.split("<Code>")[1].split("</Code>")[0]
