@@ -83,6 +83,56 @@ def _may_make_roles() -> tuple[bool, bool]:
     return bool(row[0] or row[1]), bool(row[0])
 
 
+# What a role of that name holds beyond what the migration gives it. Its name
+# is predictable, so anyone able to make roles could have made it first: every
+# member of it could then SET ROLE to the functions' owner and read every message
+# and receipt key past leaseq.grants. Adopted it is (a CREATE ROLE that lost a
+# race) only bare: NOLOGIN, no attribute, no member but the migrating role (a
+# CREATEROLE role is made an admin of the roles it makes, and is granted this one
+# below; it owns the schema anyway), a member of none, and no privilege or
+# object in any database of the server (pg_shdepend covers them all, databases
+# and tablespaces too).
+_BEYOND = """
+    SELECT rolsuper OR rolcanlogin OR rolcreaterole OR rolcreatedb OR rolbypassrls
+               OR rolreplication AS attributes,
+           ARRAY(SELECT m.rolname FROM pg_catalog.pg_auth_members AS a
+                 JOIN pg_catalog.pg_roles AS m ON m.oid = a.member
+                 WHERE a.roleid = r.oid AND m.rolname <> current_user
+                 ORDER BY 1) AS members,
+           ARRAY(SELECT g.rolname FROM pg_catalog.pg_auth_members AS a
+                 JOIN pg_catalog.pg_roles AS g ON g.oid = a.roleid
+                 WHERE a.member = r.oid ORDER BY 1) AS member_of,
+           ARRAY(SELECT DISTINCT coalesce(d.datname, 'the server (a database or tablespace)')
+                 FROM pg_catalog.pg_shdepend AS s
+                 LEFT JOIN pg_catalog.pg_database AS d ON d.oid = s.dbid
+                 WHERE s.refclassid = 'pg_catalog.pg_authid'::regclass
+                   AND s.refobjid = r.oid ORDER BY 1) AS holds_in
+    FROM pg_catalog.pg_roles AS r WHERE r.rolname = :role
+"""
+
+
+def _refuse_unless_bare(role: str) -> None:
+    row = op.get_bind().execute(text(_BEYOND), {"role": role}).one()
+    found = []
+    if row.attributes:
+        found.append("may log in or holds an attribute (SUPERUSER, CREATEROLE, ...)")
+    if row.members:
+        found.append(f"has members ({', '.join(row.members)})")
+    if row.member_of:
+        found.append(f"is a member of {', '.join(row.member_of)}")
+    if row.holds_in:
+        found.append(f"holds privileges or owns objects in {', '.join(row.holds_in)}")
+    if found:
+        raise RuntimeError(
+            f"role {role} exists already and {'; '.join(found)}. The SQL API's functions "
+            f"would run as it, so whoever may act as it could read every queue past "
+            f"leaseq.grants. leaseq adopts such a role only as it makes it (NOLOGIN, no "
+            f"attribute, no member, nothing held): check who made it, then drop it (in "
+            f"each database named: REASSIGN OWNED BY \"{role}\" TO <owner>; DROP OWNED "
+            f"BY \"{role}\"; then DROP ROLE \"{role}\") or revoke what it has, and "
+            f"migrate again (docs/security.md, \"The SQL API\")")
+
+
 def upgrade() -> None:
     may, superuser = _may_make_roles()
     if not may:
@@ -101,13 +151,7 @@ def upgrade() -> None:
         END
         $$
     """)
-    found = bind.execute(text(
-        "SELECT rolsuper OR rolcanlogin OR rolcreaterole OR rolbypassrls "
-        "FROM pg_catalog.pg_roles WHERE rolname = :role"), {"role": role}).scalar_one()
-    if found:
-        raise RuntimeError(
-            f"role {role} exists and may log in or holds an attribute; the SQL API's "
-            f"functions are given to it only as leaseq makes it (NOLOGIN, no attribute)")
+    _refuse_unless_bare(role)
     op.execute(bind.execute(text(
         "SELECT format('COMMENT ON ROLE %I IS %L', CAST(:role AS text), "
         "'owns the leaseq SQL API functions (SECURITY DEFINER) of database ' "

@@ -255,8 +255,7 @@ async def check_receipt_keys(conn: Session) -> Finding:
 async def check_sql_api_owner(conn: Session) -> Finding:
     functions = await conn.fetchval(Q.superuser_definers)
     if not functions:
-        return Finding("sql api owner", "ok",
-                       "the SQL API's SECURITY DEFINER functions run as no superuser")
+        return await _check_owner_members(conn)
     return Finding(
         "sql api owner", "fail",
         f"run as a superuser, being owned by one: {', '.join(functions)}; every call of "
@@ -265,6 +264,24 @@ async def check_sql_api_owner(conn: Session) -> Finding:
         "database's SQL API role (SELECT 'leaseq_sql_api_' || left(md5(current_database()), "
         "12); migration 0018 makes it when a superuser or a CREATEROLE role migrates), or to "
         "the schema's owner if that is no superuser (docs/security.md, \"The SQL API\")",
+    )
+
+
+async def _check_owner_members(conn: Session) -> Finding:
+    # A member of the functions' owner may SET ROLE to it and read every message
+    # and receipt key, whatever leaseq.grants says.
+    members = await conn.fetchval(Q.definer_owner_members)
+    if not members:
+        return Finding("sql api owner", "ok",
+                       "the SQL API's SECURITY DEFINER functions run as no superuser, "
+                       "and no other role may act as their owner")
+    return Finding(
+        "sql api owner", "fail",
+        f"other roles may act as the owner of the SQL API's functions: "
+        f"{', '.join(members)}; each may SET ROLE to it and read every queue's messages "
+        "and receipt keys past leaseq.grants",
+        "REVOKE <owner> FROM <member> for each (the owner role needs no member: "
+        "leaseq.add_grant lets a role call the functions; docs/security.md, \"The SQL API\")",
     )
 
 

@@ -77,3 +77,18 @@ SELECT coalesce(array_agg(p.oid::regprocedure::text || ' (' || r.rolname || ')'
 FROM pg_proc AS p
 JOIN pg_roles AS r ON r.oid = p.proowner
 WHERE p.pronamespace = to_regnamespace('leaseq') AND p.prosecdef AND r.rolsuper;
+
+-- name: definer_owner_members
+-- returns: OwnerMembersRow
+-- The roles that may act as the owner of a leaseq SECURITY DEFINER function
+-- (its members, each as `member of owner`), but for the schema's owner, which
+-- owns the tables anyway. A function owned by the schema's owner is left out:
+-- its members own every table already.
+SELECT coalesce(array_agg(DISTINCT m.rolname || ' of ' || o.rolname), '{}') AS members
+FROM pg_proc AS p
+JOIN pg_namespace AS n ON n.oid = p.pronamespace
+JOIN pg_roles AS o ON o.oid = p.proowner
+JOIN pg_auth_members AS a ON a.roleid = p.proowner
+JOIN pg_roles AS m ON m.oid = a.member
+WHERE n.nspname = 'leaseq' AND p.prosecdef
+  AND p.proowner <> n.nspowner AND a.member <> n.nspowner;

@@ -58,3 +58,7 @@ class ReceiptKeysAgeRow(TypedDict):
 
 class DefinersRow(TypedDict):
     functions: list[str]
+
+
+class OwnerMembersRow(TypedDict):
+    members: list[str]

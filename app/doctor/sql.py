@@ -11,6 +11,7 @@ from app.doctor.rows import (
     DurabilityRow,
     ExistsRow,
     MigratedRow,
+    OwnerMembersRow,
     PortRow,
     ReceiptKeysAgeRow,
     RevisionRow,
@@ -33,6 +34,7 @@ class Statements(Queries):
     server_port: Query[PortRow]
     receipt_keys_age: Query[ReceiptKeysAgeRow]
     superuser_definers: Query[DefinersRow]
+    definer_owner_members: Query[OwnerMembersRow]
 
 
 Q = load("app.doctor", Statements)

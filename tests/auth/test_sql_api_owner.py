@@ -172,3 +172,48 @@ async def test_the_owner_role_comes_and_goes_with_its_migration(server_url: str)
         # Roles belong to the server: this database's is not left behind.
         await admin.execute(drop_sql_api_role(name))
         await admin.close()
+
+
+# A role of the SQL API role's name made before the migration, and how each
+# setup would let another role act as the functions' owner; then what undoes it.
+_PLANTED = {
+    "with a member": ('GRANT "{role}" TO "{other}"', 'REVOKE "{role}" FROM "{other}"'),
+    "member of a role": ('GRANT "{other}" TO "{role}"', 'REVOKE "{other}" FROM "{role}"'),
+    "holding privileges": ('GRANT USAGE ON SCHEMA side TO "{role}"',
+                           'REVOKE USAGE ON SCHEMA side FROM "{role}"'),
+}
+
+
+@pytest.mark.parametrize("planted", list(_PLANTED))
+async def test_a_role_of_that_name_made_beforehand_is_refused(
+    server_url: str, planted: str,
+) -> None:
+    """The role's name is predictable: one made ahead of the migration, granted
+    to another role (or holding more), would let that role SET ROLE to the
+    functions' owner and read every message and receipt key past leaseq.grants.
+    The migration stops and says so; undone, it migrates."""
+    name = f"leaseq_p_{uuid.uuid4().hex[:10]}"
+    role, other = _role_of(name), f"mallory_{uuid.uuid4().hex[:8]}"
+    grant, undo = (s.format(role=role, other=other) for s in _PLANTED[planted])
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(server_url, name)
+    conn = await asyncpg.connect(plain_url(url))
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
+        await admin.execute(f'CREATE ROLE "{other}" LOGIN')
+        await conn.execute("CREATE SCHEMA side")
+        await conn.execute(grant)
+        with pytest.raises(RuntimeError, match=role):
+            await asyncio.to_thread(upgrade, url)
+        assert await conn.fetchval(
+            "SELECT count(*) FROM pg_proc WHERE proowner = to_regrole($1)", role) == 0
+        await conn.execute(undo)
+        await asyncio.to_thread(upgrade, url)
+        assert {o["rolname"] for o in await conn.fetch(_OWNERS)} == {role}
+    finally:
+        await conn.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(drop_sql_api_role(name))
+        await admin.execute(f'DROP ROLE IF EXISTS "{other}"')
+        await admin.close()

@@ -175,3 +175,23 @@ def test_each_check_fails_once_on_purpose(database_url: str, check: str) -> None
     if check == "autovacuum":  # the table's own setting, whatever the server's
         assert ("for the messages table" in finding["found"]) == _server_autovacuum(
             database_url)
+
+
+def test_sql_api_owner_fails_when_another_role_may_act_as_the_owner(
+    database_url: str,
+) -> None:
+    """A member of the functions' owner may SET ROLE to it and read every message
+    and receipt key past leaseq.grants: as bad as a superuser owner."""
+    member = "doctor_member_" + str(make_url(plain_url(database_url)).database)[-8:]
+    _sql(database_url, f'CREATE ROLE "{member}" LOGIN',
+         "DO $$ BEGIN EXECUTE format('GRANT %I TO " + member + "', (SELECT p.proowner::regrole"
+         "::text FROM pg_proc AS p WHERE p.oid = 'leaseq.delete(text, text)'::regprocedure)); "
+         "END $$")
+    try:
+        status, report = _doctor(database_url)
+        (finding,) = [f for f in report["findings"] if f["check"] == "sql api owner"]
+        assert finding["status"] == "fail", report
+        assert member in finding["found"] and finding["fix"]
+        assert status == 1
+    finally:
+        _sql(database_url, f'DROP ROLE "{member}"')
