@@ -270,8 +270,10 @@ class Settings(BaseSettings):
     unproven_body_bytes: int | None = Field(
         default=None, ge=1024,
         description="Most body bytes one process holds at once for SQS requests whose "
-        "signature is not checked yet (a request reserves its Content-Length before its "
-        "body is read). Unset, or below it: one full request (LEASEQ_MAX_REQUEST_BYTES).",
+        "signature is not checked yet (a request whose body may exceed 64 KiB reserves its "
+        "Content-Length before its body is read; one client address holds at most one "
+        "full request of it). Unset: two full requests (LEASEQ_MAX_REQUEST_BYTES); never "
+        "below one.",
     )
     unproven_body_wait_seconds: float = Field(
         default=2.0, ge=0, le=60,
@@ -463,8 +465,12 @@ class Settings(BaseSettings):
 
     def unproven_body_limit(self) -> int:
         """LEASEQ_UNPROVEN_BODY_BYTES, never below one full request: a legitimate
-        full batch must always be able to prove itself."""
-        return max(self.unproven_body_bytes or 0, self.request_limit())
+        full batch must always be able to prove itself. Unset, two: one client
+        address holds at most one, so a full batch from anyone else still fits
+        beside a caller holding its share."""
+        if self.unproven_body_bytes is None:
+            return 2 * self.request_limit()
+        return max(self.unproven_body_bytes, self.request_limit())
 
     def connection_limit(self) -> int:
         """uvicorn's limit_concurrency: connections and requests at once per process."""

@@ -280,8 +280,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.limiter = limiter = RateLimiter(
         settings.key_rate, concurrency=settings.requests_per_key())
-    # SQS bodies held before their signature is checked (app/asgi/body_budget.py).
-    app.state.unproven = BodyBudget(settings.unproven_body_limit())
+    # SQS bodies held before their signature is checked (app/asgi/body_budget.py):
+    # one client address holds at most one full request of them.
+    app.state.unproven = BodyBudget(settings.unproven_body_limit(),
+                                    per_address=settings.request_limit())
     problems.install(app)
     openapi.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first;

@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
 
 from app.asgi.access import REQUEST_ID, SQS_ACTION
-from app.asgi.body_budget import BodyBudget
+from app.asgi.body_budget import SMALL_BODY, BodyBudget, address_of
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import UNDO, Answer, Call, response_of, serves
 from app.auth.guard import announces_body
@@ -157,17 +157,19 @@ async def _reserve_body(scope: Scope, state: Any, headers: Headers) -> None:
     """The body's share of the bytes this process holds for requests not proven
     yet (app/asgi/body_budget.py), reserved before a byte of it is read; given
     back once the signature is checked (`_authenticate`) or the request ends.
-    A body of no declared length reserves the most the door takes."""
+    A body of no declared length reserves the most the door takes; a small one,
+    nothing. (The parser refuses a Content-Length beside a Transfer-Encoding.)"""
     settings: Settings = state.settings
     declared = headers.get("content-length")
     if declared is not None and declared.strip().isdigit():
         size = int(declared)
     else:
         size = settings.request_limit() if "transfer-encoding" in headers else 0
-    if size == 0:
+    if size <= SMALL_BODY:
         return
     budget: BodyBudget = state.unproven
-    reservation = await budget.reserve(size, settings.unproven_body_wait_seconds)
+    reservation = await budget.reserve(size, address_of(scope.get("client")),
+                                       settings.unproven_body_wait_seconds)
     if reservation is None:
         raise SqsError(
             "RequestThrottled",

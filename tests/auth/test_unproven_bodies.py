@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 import httpx
+import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -21,11 +22,13 @@ from conftest import ServeApp
 from sqs_clients import client, run
 from support import wait_until
 
+from app.asgi.body_budget import BodyBudget, address_of
+
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 KEYS = f"AKIDREAL:{SECRET}"
 FORGED = "Zq3_x8VbN1-kPf0wYt7uLr2sHc9aJe4dMg6iWo5n"
-LIMIT = 600_000  # the largest request, and so the budget
-BODY = 500_000  # two never fit at once
+LIMIT = 600_000  # the largest request, and so one address's share (of a budget of two)
+BODY = 500_000  # two never fit in one share
 
 
 def _batch_body(size: int) -> bytes:
@@ -53,7 +56,7 @@ async def test_forged_signatures_never_hold_more_than_the_budget(
 ) -> None:
     endpoint, app = await _serve(serve_factory, unproven_body_wait_seconds=30)
     budget = app.state.unproven
-    assert budget.limit == LIMIT
+    assert (budget.limit, budget.per_address) == (2 * LIMIT, LIMIT)
     body = _batch_body(BODY)
     async with httpx.AsyncClient(base_url=endpoint, timeout=60) as http:
         answers = await asyncio.gather(*(
@@ -63,7 +66,7 @@ async def test_forged_signatures_never_hold_more_than_the_budget(
         assert answer.status_code == 403, answer.text[:300]
         assert answer.json()["__type"].endswith(("#SignatureDoesNotMatch",
                                                  "#RequestThrottled")), answer.text[:300]
-    assert 0 < budget.high_water <= LIMIT
+    assert 0 < budget.high_water <= LIMIT  # all from one address
     assert budget.held == 0
     # A legitimate full batch is always proven, and goes through.
     good = client(endpoint, "json", key="AKIDREAL", secret=SECRET)
@@ -101,3 +104,135 @@ async def test_a_request_that_cannot_reserve_in_time_is_throttled_unread(
         holder.close()
     # The holder went away: its share comes back.
     await wait_until(lambda: budget.held == 0)
+
+
+def _holder(endpoint: str, how: str) -> socket.socket:
+    """A connection naming the real key id with a forged signature that declares
+    the largest body (or sends one chunked, of no declared length), sends its
+    first bytes and holds."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    body = _batch_body(BODY)
+    framing = (f"Content-Length: {LIMIT}\r\n" if how == "declared"
+               else "Transfer-Encoding: chunked\r\n")
+    head = f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in _forged_headers(endpoint, body).items()
+    ) + framing + "\r\n"
+    start = body[:1000] if how == "declared" else b"3e8\r\n" + body[:1000] + b"\r\n"
+    holder = socket.create_connection(("127.0.0.1", port))
+    holder.sendall(head.encode() + start)
+    return holder
+
+
+@pytest.mark.parametrize("how", ["declared", "chunked"])
+async def test_one_caller_holding_a_forged_body_starves_no_one(
+    serve_factory: ServeApp, how: str,
+) -> None:
+    """One connection, naming a real key id with a forged signature, held the whole
+    budget while it trickled its body: every other SQS request, however small and
+    however well signed, waited and was throttled. Now a small body reserves
+    nothing, and one client address holds at most one full request of a budget
+    of two: the small calls go through at once, from the holder's own address
+    too, and so does a full batch signed properly from another address."""
+    endpoint, app = await _serve(serve_factory, unproven_body_wait_seconds=0.5,
+                                 body_min_bytes_per_second=0)
+    budget = app.state.unproven
+    holder = _holder(endpoint, how)
+    try:
+        await wait_until(lambda: budget.held == LIMIT)
+        good = client(endpoint, "json", key="AKIDREAL", secret=SECRET)
+        await run(good.list_queues)
+        url = (await run(good.create_queue, QueueName="q"))["QueueUrl"]
+        await run(good.send_message, QueueUrl=url, MessageBody="small")
+        # A full batch, signed with the key's secret, from another client address.
+        body = json.dumps({"QueueUrl": url, "Entries": [
+            {"Id": f"m{i}", "MessageBody": "y" * (BODY // 10 - 100)} for i in range(10)
+        ]}).encode()
+        signed = AWSRequest(method="POST", url=endpoint + "/", data=body, headers={
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "AmazonSQS.SendMessageBatch",
+        })
+        SigV4Auth(Credentials("AKIDREAL", SECRET), "sqs", "us-east-1").add_auth(signed)
+        elsewhere = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(transport=elsewhere, timeout=60) as http:
+            answer = await http.post(endpoint + "/", content=body,
+                                     headers=dict(signed.headers.items()))
+        assert answer.status_code == 200, answer.text[:300]
+        assert len(answer.json()["Successful"]) == 10
+        assert budget.high_water == LIMIT + len(body)  # held beside the holder's
+        # The holder's address has its share out: its next large body waits, and
+        # is throttled unread.
+        forged = _batch_body(BODY)
+        async with httpx.AsyncClient(base_url=endpoint, timeout=60) as http:
+            answer = await http.post("/", content=forged,
+                                     headers=_forged_headers(endpoint, forged))
+        assert answer.json()["__type"].endswith("#RequestThrottled"), answer.text[:300]
+        assert budget.held == LIMIT
+    finally:
+        holder.close()
+    await wait_until(lambda: budget.held == 0)
+
+
+async def test_a_waiter_for_its_own_address_share_holds_up_no_one_else() -> None:
+    budget = BodyBudget(300, per_address=100)
+    first = await budget.reserve(100, "a", wait=0)
+    assert first is not None
+    # One address cannot take more than its share, whatever the budget has left...
+    assert await budget.reserve(10, "a", wait=0) is None
+    second = asyncio.create_task(budget.reserve(60, "a", wait=30))
+    third = asyncio.create_task(budget.reserve(50, "a", wait=30))
+    await wait_until(lambda: budget.waiters() == 2)
+    # ...and its waiting holds up no other address the budget has room for.
+    other = await budget.reserve(100, "b", wait=0)
+    assert other is not None
+    first.release()
+    got = await second  # in order: the address's next one first
+    assert got is not None
+    assert not third.done()
+    got.release()
+    last = await third
+    assert last is not None
+    for held in (other, last):
+        held.release()
+    assert (budget.held, budget.waiters(), budget.high_water) == (0, 0, 200)
+
+
+async def test_the_total_stays_bounded_whatever_the_addresses() -> None:
+    budget = BodyBudget(200, per_address=100)
+    a = await budget.reserve(100, "a", wait=0)
+    b = await budget.reserve(100, "b", wait=0)
+    assert a is not None and b is not None
+    assert await budget.reserve(1, "c", wait=0) is None
+    big = asyncio.create_task(budget.reserve(100, "c", wait=30))
+    small = asyncio.create_task(budget.reserve(20, "d", wait=30))
+    await wait_until(lambda: budget.waiters() == 2)
+    a.release()
+    c = await big  # the large one first, in order: not starved by the small one
+    assert c is not None
+    assert not small.done()
+    b.release()
+    d = await small
+    assert d is not None
+    assert budget.high_water == 200
+    # A waiter that gives up leaves no claim behind.
+    gone = asyncio.create_task(budget.reserve(100, "c", wait=30))
+    await wait_until(lambda: budget.waiters() == 1)
+    queued = asyncio.create_task(budget.reserve(100, "e", wait=30))
+    await wait_until(lambda: budget.waiters() == 2)
+    for task in (gone, queued):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    c.release()
+    d.release()
+    assert (budget.held, budget.waiters()) == (0, 0)
+    again = await budget.reserve(100, "c", wait=0)
+    assert again is not None
+    assert await budget.reserve(100, "e", wait=0) is not None
+
+
+def test_a_client_address_is_its_host_an_ipv6_host_its_slash_64() -> None:
+    assert address_of(("203.0.113.7", 5000)) == "203.0.113.7"
+    assert address_of(("::ffff:203.0.113.7", 5000)) == "203.0.113.7"
+    assert address_of(("2001:db8:1:2::1", 1)) == address_of(("2001:db8:1:2:ffff::9", 2))
+    assert address_of(("2001:db8:1:2::1", 1)) != address_of(("2001:db8:1:3::1", 1))
+    assert address_of(None) == ""
