@@ -73,6 +73,9 @@ class DashboardSessions:
         self._mac_key = hmac.new(master, _CONTEXT, hashlib.sha256).digest()
         self._cache: dict[bytes, _Cached] = {}
         self._gone: set[bytes] = set()
+        # Bumped by each notice: a lookup that began before one may have read a
+        # session ended since, so it answers once but is not cached.
+        self._generation = 0
 
     async def start(self, key_id: str) -> str:
         """A new session of `key_id` (whose secret the caller checked): its cookie."""
@@ -108,6 +111,7 @@ class DashboardSessions:
     def on_notice(self, text: str) -> None:
         """A notification: a session ended (or the channel was down: any may have)."""
         if text in (NOTICE, "*:changed"):
+            self._generation += 1
             self._cache.clear()
 
     def _mac(self, session_id: bytes) -> bytes:
@@ -130,6 +134,7 @@ class DashboardSessions:
         cached = self._cache.get(id_hash)
         if cached is not None and cached.until > now:
             return cached.key_id
+        generation = self._generation
         rows = await self._db.fetch(Q.get_dashboard_session, {"id_hash": id_hash})
         if not rows:
             self._forget(id_hash)
@@ -137,7 +142,8 @@ class DashboardSessions:
         (row,) = rows
         lifetime = CACHE_LISTENING if self._listening() else CACHE_DEAF
         until = now + min(lifetime, max(row["seconds_left"], 0.0))
-        self._cache[id_hash] = _Cached(row["key_id"], until)
+        if generation == self._generation:
+            self._cache[id_hash] = _Cached(row["key_id"], until)
         return row["key_id"]
 
     def _forget(self, id_hash: bytes) -> None:

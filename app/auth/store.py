@@ -88,6 +88,9 @@ class KeyStore:
             for key_id, secret in (static or {}).items()
         }
         self._cache: dict[str, _Cached] = {}
+        # Bumped by each notice: a lookup that began before one read what may
+        # have changed since, so it answers once but is not cached.
+        self._generation = 0
         self._ids = KeyIds(self._read_ids, spawn=self._spawn)
         # Stored keys that are revoked or expired: no more than the table holds.
         self._unusable: dict[str, float] = {}
@@ -119,6 +122,7 @@ class KeyStore:
     def on_notice(self, text: str) -> None:
         """A notification: keys changed (or the channel was down: anything may have)."""
         if text in (NOTICE, "*:changed"):
+            self._generation += 1
             self._cache.clear()
             self._unusable.clear()
             self._ids.changed()
@@ -185,10 +189,12 @@ class KeyStore:
             return entry
         if self._unusable.get(key_id, 0.0) > now or not await self._ids.knows(key_id):
             return None
+        generation = self._generation
         rows = await self._db.fetch(Q.get_api_key, {"id": key_id})
         row = rows[0] if rows else None
         lifetime = CACHE_LISTENING if self._listening() else CACHE_DEAF
         if row is None:  # revoked or expired: its id stays known
+            # Kept whatever was heard meanwhile: no change makes a key usable again.
             self._cache.pop(key_id, None)
             self._unusable[key_id] = now + lifetime
             return None
@@ -212,7 +218,8 @@ class KeyStore:
             secret=secret,
             until=now + lifetime,
         )
-        self._cache[key_id] = entry
+        if generation == self._generation:
+            self._cache[key_id] = entry
         return entry
 
     def _touch(self, key_id: str) -> None:
@@ -277,6 +284,7 @@ class KeyStore:
             revoked = await session.fetchrow(Q.revoke_api_key, {"id": key_id})
             if revoked is not None:
                 await session.fetch(Q.notify_keys, {"notice": NOTICE})
+        self._generation += 1
         self._cache.pop(key_id, None)
         return revoked is not None
 
