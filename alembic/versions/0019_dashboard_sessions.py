@@ -39,6 +39,11 @@ def upgrade() -> None:
     op.execute(
         "CREATE INDEX dashboard_sessions_expires_at ON leaseq.dashboard_sessions (expires_at)"
     )
+    # A key's sessions, newest first: a sign-in ends those beyond the cap.
+    op.execute(
+        "CREATE INDEX dashboard_sessions_key_id ON leaseq.dashboard_sessions "
+        "(key_id, created_at)"
+    )
 
 
 def downgrade() -> None:

@@ -113,13 +113,23 @@ FROM leaseq.grants
 ORDER BY role, action, pattern;
 
 -- name: start_dashboard_session
+-- returns: CrowdedSessionRow
 -- A dashboard sign-in (app/auth/sessions.py), on the database's clock; the
--- expired ones go first, so the table holds no more than the live sessions.
+-- expired ones go first, so the table holds no more than the live sessions,
+-- and the key's oldest beyond :keep besides the new one end, each returned (the
+-- statement's one snapshot does not see the new row: it is never among them).
 WITH expired AS (
     DELETE FROM leaseq.dashboard_sessions WHERE expires_at <= now()
+), started AS (
+    INSERT INTO leaseq.dashboard_sessions (id_hash, key_id, expires_at)
+    VALUES (:id_hash, :key_id, now() + make_interval(secs => :lifetime))
 )
-INSERT INTO leaseq.dashboard_sessions (id_hash, key_id, expires_at)
-VALUES (:id_hash, :key_id, now() + make_interval(secs => :lifetime));
+DELETE FROM leaseq.dashboard_sessions
+WHERE id_hash IN (SELECT id_hash FROM leaseq.dashboard_sessions
+                  WHERE key_id = :key_id AND expires_at > now()
+                  ORDER BY created_at DESC, id_hash
+                  OFFSET :keep)
+RETURNING id_hash;
 
 -- name: get_dashboard_session
 -- returns: DashboardSessionRow

@@ -88,3 +88,7 @@ class DashboardSessionRow(TypedDict):
 
 class EndedSessionRow(TypedDict):
     key_id: str
+
+
+class CrowdedSessionRow(TypedDict):
+    id_hash: bytes

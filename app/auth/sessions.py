@@ -11,8 +11,14 @@ Each process caches the sessions it has seen, as the KeyStore caches keys.
 Signing out deletes the row and announces it in the same transaction; every
 process drops its cache when it hears that, so a copied cookie stops working
 everywhere at once. While the LISTEN connection is down, a cached session
-lives a second. A session that is gone (signed out, expired) never comes
-back, so its id is refused from memory after one query.
+lives a second. A lookup under way when a notice comes answers once but is
+not cached. A session that is gone (signed out, expired) never comes back, so
+its id is refused from memory after one query.
+
+A key holds at most SESSIONS_PER_KEY live sessions: a sign-in past that ends
+the key's oldest in the same statement and announces it as a sign-out does.
+The cache and the memory of ended sessions are bounded, least recently used
+leaving first.
 
 A session stands for its key, checked on every request as a bearer key is:
 revoking the key, or its expiry, ends its sessions too.
@@ -26,6 +32,7 @@ import hmac
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,9 +47,17 @@ COOKIE = "leaseq_session"
 _CONTEXT = b"leaseq dashboard session v1\x00"
 _ID_BYTES = 16
 _COOKIE_SHAPE = re.compile(r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}")
+SESSIONS_PER_KEY = 20
+"""Live sessions one key may hold; a sign-in past that ends the key's oldest.
+A person signs in from a few browsers, a team sharing a key from a few more:
+20 is room for them all, while a key signing in as fast as its rate allows
+(any valid key may, even `send:x`) stores no more than 20 rows of 12 hours."""
+_CACHE_HELD = 10_000
+"""Sessions a process caches at most, the least recently used leaving first
+(it is read again at its next use)."""
 _GONE_HELD = 10_000
-"""Ended sessions remembered at most; past that the memory starts over (only
-cookies this service signed get this far, so the list grows only with sign-ins)."""
+"""Ended sessions remembered at most, the oldest forgotten first (one more
+query if its cookie comes back: the database says it is gone)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +86,8 @@ class DashboardSessions:
         self.lifetime = lifetime
         # Its own key, so a MAC made here is no other use's of the master secret.
         self._mac_key = hmac.new(master, _CONTEXT, hashlib.sha256).digest()
-        self._cache: dict[bytes, _Cached] = {}
-        self._gone: set[bytes] = set()
+        self._cache: OrderedDict[bytes, _Cached] = OrderedDict()
+        self._gone: OrderedDict[bytes, None] = OrderedDict()
         # Bumped by each notice: a lookup that began before one may have read a
         # session ended since, so it answers once but is not cached.
         self._generation = 0
@@ -80,11 +95,17 @@ class DashboardSessions:
     async def start(self, key_id: str) -> str:
         """A new session of `key_id` (whose secret the caller checked): its cookie."""
         session_id = secrets.token_bytes(_ID_BYTES)
-        await self._db.fetch(Q.start_dashboard_session, {
-            "id_hash": hashlib.sha256(session_id).digest(),
-            "key_id": key_id,
-            "lifetime": self.lifetime,
-        })
+        async with self._db.transaction() as session:
+            crowded = await session.fetch(Q.start_dashboard_session, {
+                "id_hash": hashlib.sha256(session_id).digest(),
+                "key_id": key_id,
+                "lifetime": self.lifetime,
+                "keep": SESSIONS_PER_KEY - 1,
+            })
+            if crowded:  # ended as a sign-out is, on every process
+                await session.fetch(Q.notify_keys, {"notice": NOTICE})
+        for row in crowded:
+            self._forget(bytes(row["id_hash"]))
         return f"{_text(session_id)}.{_text(self._mac(session_id))}"
 
     async def principal(self, cookie: str) -> Principal | None:
@@ -133,6 +154,7 @@ class DashboardSessions:
         now = time.monotonic()
         cached = self._cache.get(id_hash)
         if cached is not None and cached.until > now:
+            self._cache.move_to_end(id_hash)
             return cached.key_id
         generation = self._generation
         rows = await self._db.fetch(Q.get_dashboard_session, {"id_hash": id_hash})
@@ -144,10 +166,14 @@ class DashboardSessions:
         until = now + min(lifetime, max(row["seconds_left"], 0.0))
         if generation == self._generation:
             self._cache[id_hash] = _Cached(row["key_id"], until)
+            self._cache.move_to_end(id_hash)
+            while len(self._cache) > _CACHE_HELD:
+                self._cache.popitem(last=False)
         return row["key_id"]
 
     def _forget(self, id_hash: bytes) -> None:
         self._cache.pop(id_hash, None)
-        if len(self._gone) >= _GONE_HELD:
-            self._gone.clear()
-        self._gone.add(id_hash)
+        self._gone[id_hash] = None
+        self._gone.move_to_end(id_hash)
+        while len(self._gone) > _GONE_HELD:
+            self._gone.popitem(last=False)

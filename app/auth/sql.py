@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.auth.rows import (
     AnyKeyRow,
+    CrowdedSessionRow,
     DashboardSessionRow,
     EndedSessionRow,
     ExistsRow,
@@ -44,7 +45,7 @@ class Statements(Queries):
     add_grant: Query[GrantAddedRow]
     remove_grant: Query[RemovedRow]
     list_grants: Query[GrantRow]
-    start_dashboard_session: Query[None]
+    start_dashboard_session: Query[CrowdedSessionRow]
     get_dashboard_session: Query[DashboardSessionRow]
     end_dashboard_session: Query[EndedSessionRow]
 

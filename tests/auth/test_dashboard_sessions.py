@@ -10,13 +10,15 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
+import asyncpg
 import httpx
 import pytest
 from conftest import AppClient
 from support import eventually
 
+from app.auth import sessions as sessions_module
 from app.auth import tokens
-from app.auth.sessions import DashboardSessions
+from app.auth.sessions import SESSIONS_PER_KEY, DashboardSessions
 from app.auth.store import KeyStore
 from app.config import Settings
 from app.db.connector import Connector
@@ -167,3 +169,51 @@ async def test_a_cookie_the_service_did_not_sign_costs_no_query(
         await keys.close()
     finally:
         await engine.dispose()
+
+
+async def test_a_key_holds_at_most_its_cap_of_sessions_the_oldest_ending_everywhere(
+    app_factory: AppClient, db: asyncpg.Connection,
+) -> None:
+    """Any valid key may sign in as often as its rate allows, and each sign-in
+    stores a session for hours: past the cap, the key's oldest sessions end, on
+    every process at once, as a sign-out does."""
+    first = await app_factory(admin_key=ADMIN)
+    second = await app_factory(admin_key=ADMIN)
+    token = await _key(first, "send:x")
+    key_id = token.split(".", 1)[0]
+    oldest = await _sign_in(first, token)
+    assert await _status(first, oldest) == 200
+    assert await _status(second, oldest) == 200  # cached there now
+    cookies = [oldest] + [await _sign_in(first, token)
+                          for _ in range(SESSIONS_PER_KEY + 4)]
+    assert await db.fetchval("SELECT count(*) FROM leaseq.dashboard_sessions "
+                             "WHERE key_id = $1", key_id) == SESSIONS_PER_KEY
+    assert await _status(first, oldest) == 401
+    for newer in (cookies[5], cookies[-1]):
+        assert await _status(first, newer) == 200
+
+    async def refused_on_the_second() -> bool:
+        return await _status(second, oldest) == 401
+
+    await eventually(refused_on_the_second)
+    assert await _status(second, cookies[-1]) == 200
+
+
+async def test_a_process_holds_a_bounded_number_of_sessions(
+    app_factory: AppClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sessions_module, "_CACHE_HELD", 3)
+    monkeypatch.setattr(sessions_module, "_GONE_HELD", 3)
+    client = await app_factory(admin_key=ADMIN)
+    sessions = client.app.state.sessions  # type: ignore[attr-defined]
+    token = await _key(client, "read:*")
+    cookies = [await _sign_in(client, token) for _ in range(6)]
+    for cookie in cookies + cookies:  # the evicted ones are read again
+        assert await _status(client, cookie) == 200
+        assert len(sessions._cache) <= 3
+    for cookie in cookies:
+        client.cookies.clear()
+        assert (await client.delete("/ui/session", headers={"cookie": cookie})
+                ).status_code == 204
+        assert len(sessions._gone) <= 3
+        assert await _status(client, cookie) == 401
