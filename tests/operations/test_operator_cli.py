@@ -47,8 +47,10 @@ def _env(**more: str) -> dict[str, str]:
 
 def _cli(service: Service, *args: str, key: str | None = ADMIN, stdin: str | None = None,
          **env: str) -> subprocess.CompletedProcess[str]:
-    auth = [] if key is None else ["--api-key", key]
-    return subprocess.run([LEASEQ, *args, "--url", service.url, *auth], env=_env(**env),
+    # The key in the environment, as operators are told to pass it (--api-key warns).
+    if key is not None:
+        env = {"LEASEQ_API_KEY": key, **env}
+    return subprocess.run([LEASEQ, *args, "--url", service.url], env=_env(**env),
                           input=stdin, stdin=subprocess.DEVNULL if stdin is None else None,
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -158,8 +160,8 @@ def test_the_queue_commands_answer_as_the_api_does(service: Service) -> None:
     with Client(service.url, api_key=ADMIN) as api:
         stats = api.get_queue("jobs").stats
         assert stats is not None and stats.visible == 3
-    declined = Terminal([LEASEQ, "queues", "purge", "jobs", "--url", service.url,
-                         "--api-key", ADMIN], _env())
+    declined = Terminal([LEASEQ, "queues", "purge", "jobs", "--url", service.url],
+                        _env(LEASEQ_API_KEY=ADMIN))
     declined.wait_for(lambda out: "[y/N]" in out, "the question")
     os.write(declined.master, b"n\n")
     assert declined.finish() == 1 and "nothing done" in declined.output
@@ -196,14 +198,14 @@ def test_redrive_shows_its_progress_and_ctrl_c_leaves_it_running(service: Servic
     _dead_letters(service, 40)
     # On a terminal: a progress bar, then the task's end.
     shown = Terminal([LEASEQ, "queues", "redrive", "dlq", "--rate", "20", "--url",
-                      service.url, "--api-key", ADMIN], _env())
+                      service.url], _env(LEASEQ_API_KEY=ADMIN))
     assert shown.finish(timeout=60) == 0, shown.output
     assert "━" in shown.output and "40/40" in shown.output, shown.output
     assert re.search(r"redrive \S+ completed: moved 40", shown.output)
 
     _drain_to_dlq(service, 40)
     followed = Terminal([LEASEQ, "queues", "redrive", "dlq", "--rate", "2", "--url",
-                         service.url, "--api-key", ADMIN], _env())
+                         service.url], _env(LEASEQ_API_KEY=ADMIN))
     followed.wait_for(lambda out: "/40" in out, "the progress bar")
     assert followed.interrupt() == 130
     task_id = re.search(r"cancel-redrive (\S+)", followed.output)
@@ -221,8 +223,8 @@ def test_redrive_shows_its_progress_and_ctrl_c_leaves_it_running(service: Servic
 
 def test_top_refreshes_in_place_and_prints_plainly_when_piped(service: Service) -> None:
     _dead_letters(service, 3)
-    live = Terminal([LEASEQ, "top", "--interval", "0.3", "--url", service.url,
-                     "--api-key", ADMIN], _env())
+    live = Terminal([LEASEQ, "top", "--interval", "0.3", "--url", service.url],
+                    _env(LEASEQ_API_KEY=ADMIN))
     # Two frames, the second drawn over the first (the cursor moved up).
     live.wait_for(lambda out: out.count("leaseq top") >= 2, "two refreshes")
     assert "\x1b[1A" in live.output or "\x1b[A" in live.output or "\x1b[2K" in live.output
@@ -232,8 +234,8 @@ def test_top_refreshes_in_place_and_prints_plainly_when_piped(service: Service) 
     work = next(line for line in frame.splitlines() if line.strip().startswith("work "))
     assert work.split()[1:4] == ["0", "0", "0"] and work.split()[5] == "3", work
 
-    quiet = Terminal([LEASEQ, "top", "--once", "--url", service.url, "--api-key", ADMIN],
-                     _env(NO_COLOR="1"))
+    quiet = Terminal([LEASEQ, "top", "--once", "--url", service.url],
+                     _env(NO_COLOR="1", LEASEQ_API_KEY=ADMIN))
     assert quiet.finish() == 0 and "work" in quiet.output
     assert not COLOUR.search(quiet.output), "NO_COLOR: no colour"
 
