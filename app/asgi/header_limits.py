@@ -168,6 +168,12 @@ class HeaderLimitedProtocol(OneWriteHttpToolsProtocol):
         self._completed = True
 
     def data_received(self, data: bytes) -> None:
+        if self.timeout_keep_alive_task is not None and not self._waiting:
+            # Idle after an answer: uvicorn's keep-alive timer ends at any byte, and
+            # a stray CRLF (which the parser skips) begins no request. The next
+            # request's header deadline begins here, or nothing would ever close
+            # the connection.
+            self._begin_headers()
         self._completed = False
         self._read_bytes = len(data)
         if self._counting:
