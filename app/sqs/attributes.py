@@ -4,7 +4,6 @@ read and change them (the Policy's statements: permissions.py)."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from app.auth.access import dead_letter_queues
@@ -16,6 +15,7 @@ from app.queue.models import Queue, QueueStats
 from app.sqs.context import (
     Context,
     is_fifo_name,
+    number_in,
     param_str_list,
     param_str_map,
     queue_of,
@@ -117,9 +117,10 @@ def queue_changes(
     changes: dict[str, Any] = {}
     for name, value in given.items():
         if name in QUEUE_NUMBERS:
-            if not re.fullmatch(r"[0-9]{1,10}", value.strip()):
+            number = number_in(value)
+            if number is None or number >= 10**10:
                 raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
-            changes[QUEUE_NUMBERS[name]] = int(value)
+            changes[QUEUE_NUMBERS[name]] = number
         elif name == "RedrivePolicy":
             changes.update(_redrive_policy(ctx, value, fifo=fifo))
         elif name == "FifoQueue":
@@ -164,9 +165,10 @@ def _setting(name: str, value: str) -> Any:
         return _boolean(name, value)
     if name == "KmsDataKeyReusePeriodSeconds":
         low, high = KMS_DATA_KEY_REUSE_PERIOD
-        if not re.fullmatch(r"[0-9]{1,10}", value.strip()) or not low <= int(value) <= high:
+        number = number_in(value)
+        if number is None or not low <= number <= high:
             raise _invalid(name)
-        return int(value)
+        return number
     if not value.strip():
         return None
     # PostgreSQL's text refuses NUL and lone surrogates: refused here, not as a 500.
@@ -283,9 +285,8 @@ def _redrive_policy(ctx: Context, value: str, *, fifo: bool) -> dict[str, Any]:
             "deadLetterTargetArn and maxReceiveCount.",
         )
     count = policy["maxReceiveCount"]
-    # ASCII digits, few enough for int() ("²" is a digit to str.isdigit()).
-    if isinstance(count, str) and re.fullmatch(r"[0-9]{1,9}", count.strip()):
-        count = int(count)
+    if isinstance(count, str):
+        count = number_in(count)
     if not isinstance(count, int) or isinstance(count, bool):
         raise SqsError(
             "InvalidAttributeValue",

@@ -72,6 +72,20 @@ def param_required(params: dict[str, Any], name: str) -> str:
     return value
 
 
+_NUMBER = re.compile(r"\s*(-?[0-9]{1,18})\s*", re.ASCII)
+
+
+def number_in(text: str, *, negative: bool = False) -> int | None:
+    """The integer `text` spells in ASCII digits (spaces around it allowed), else None.
+    Neither str.isdigit() nor str.strip() will do as the check before int(): the
+    first takes digits such as "²", the second strips separators such as \x1c, and
+    int() refuses both (a 500, where a client's error is meant)."""
+    found = _NUMBER.fullmatch(text)
+    if found is None or (not negative and found[1].startswith("-")):
+        return None
+    return int(found[1])
+
+
 def param_int(params: dict[str, Any], name: str) -> int | None:
     value = params.get(name)
     if value is None:
@@ -80,8 +94,9 @@ def param_int(params: dict[str, Any], name: str) -> int | None:
         raise SqsError("InvalidParameterValue", f"{name} must be an integer.")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
-        return int(value)
+    number = number_in(value, negative=True) if isinstance(value, str) else None
+    if number is not None:
+        return number
     raise SqsError(
         "InvalidParameterValue", f"Value {str(value)[:40]} for parameter {name} is invalid."
     )

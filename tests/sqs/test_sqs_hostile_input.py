@@ -183,7 +183,9 @@ async def test_query_tags_with_nul_are_invalid_parameters(client: httpx.AsyncCli
 
 # "²" is a digit to str.isdigit() and not a number to int(); 5,000 digits are past
 # int()'s limit on the digits it converts.
-NOT_NUMBERS = {"superscript two": "\u00b2", "5,000 digits": "1" * 5_000}
+NOT_NUMBERS = {"superscript two": "\u00b2", "5,000 digits": "1" * 5_000,
+               # str.strip() takes \x1c-\x1f for spaces; int() does not.
+               "a separator": "\x1c5"}
 
 
 @pytest.mark.parametrize("count", NOT_NUMBERS.values(), ids=NOT_NUMBERS.keys())
@@ -224,3 +226,31 @@ async def test_a_presigned_expiry_that_is_no_number_is_an_incomplete_signature(
 
 def query_error_any(response: httpx.Response) -> str:
     return response.text.split("<Code>")[1].split("</Code>")[0]
+
+
+# Every number a Query or JSON parameter carries, between separator characters.
+NUMBERS_IN_PARAMETERS = {
+    "SendMessage DelaySeconds": ("SendMessage", {"MessageBody": "x", "DelaySeconds": "\x1c5"}),
+    "ReceiveMessage WaitTimeSeconds": ("ReceiveMessage", {"WaitTimeSeconds": "\x1f0"}),
+    "ReceiveMessage MaxNumberOfMessages": ("ReceiveMessage", {"MaxNumberOfMessages": "1\x1d"}),
+    "ListQueues MaxResults": ("ListQueues", {"MaxResults": "\x1e5"}),
+    "SetQueueAttributes VisibilityTimeout": (
+        "SetQueueAttributes", {"Attributes": {"VisibilityTimeout": "\x1c30"}}),
+    "SetQueueAttributes KmsDataKeyReusePeriodSeconds": (
+        "SetQueueAttributes", {"Attributes": {"KmsDataKeyReusePeriodSeconds": "\x1c300"}}),
+}
+
+
+@pytest.mark.parametrize("case", NUMBERS_IN_PARAMETERS.values(),
+                         ids=NUMBERS_IN_PARAMETERS.keys())
+async def test_a_number_between_separators_is_a_client_error(
+    client: httpx.AsyncClient, case: tuple[str, dict[str, Any]]
+) -> None:
+    made = await client.post("/", **sqs_json("CreateQueue", {"QueueName": "numbers"}))
+    assert made.status_code == 200, made.text[:300]
+    action, params = case
+    params = {**params, "QueueUrl": f"http://leaseq.test/{ACCOUNT}/numbers"}
+    if action == "ListQueues":
+        params.pop("QueueUrl")
+    answer = await client.post("/", **sqs_json(action, params))
+    assert json_error(answer) in ("InvalidParameterValue", "InvalidAttributeValue")
