@@ -21,7 +21,7 @@ from app.api.metrics import Metrics, QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
 from app.asgi.access import AccessLog
-from app.asgi.body_budget import BodyBudget
+from app.asgi.body_budget import BodyBudget, ProvenCallers
 from app.asgi.lean import Front, LeanApp, declares_more_than
 from app.auth.access import Needs
 from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
@@ -281,9 +281,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.limiter = limiter = RateLimiter(
         settings.key_rate, concurrency=settings.requests_per_key())
     # SQS bodies held before their signature is checked (app/asgi/body_budget.py):
-    # one client address holds at most one full request of them.
+    # one client address holds at most one full request of them; callers proven
+    # lately have a budget of their own, which no forger reaches.
     app.state.unproven = BodyBudget(settings.unproven_body_limit(),
                                     per_address=settings.request_limit())
+    app.state.unproven_known = BodyBudget(settings.unproven_body_limit(),
+                                          per_address=settings.request_limit())
+    app.state.proven = ProvenCallers()
     problems.install(app)
     openapi.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first;

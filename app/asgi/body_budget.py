@@ -17,6 +17,14 @@ not starved by small ones; but one waiting for its own address's share waits
 apart, and never holds up another address's request the budget has room for.
 A body no larger than what the server reads ahead anyway reserves nothing
 (`SMALL_BODY`). One that cannot be served in time is refused unread.
+
+A caller with several addresses could still fill that budget. So there are two
+budgets alike: one for callers proven lately (`ProvenCallers`: a client address
+whose signature with that key id checked out), one for everyone else. A forged
+signature proves nothing, so however many addresses a forger has, it only ever
+fills the strangers' budget; a worker that made any signed request lately (its
+GetQueueUrl, its polls) sends its large bodies through a budget no forger
+reaches.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ipaddress
+import time
 
 SMALL_BODY = 64 * 1024
 """uvicorn reads this much of a body ahead of the app on every connection, whatever
@@ -206,3 +215,33 @@ class BodyBudget:
 def _served(future: asyncio.Future[None]) -> bool:
     # A task cancelled (or timed out) while it awaits cancels the future too.
     return future.done() and not future.cancelled()
+
+
+class ProvenCallers:
+    """The (client address, key id) pairs whose signature checked out within the
+    last `seconds`, at most `most` of them (the least recently proven go first)."""
+
+    def __init__(self, seconds: float = 600.0, most: int = 10_000) -> None:
+        self.seconds = seconds
+        self.most = most
+        self._until: collections.OrderedDict[tuple[str, str], float] = (
+            collections.OrderedDict())
+
+    def prove(self, address: str, key_id: str) -> None:
+        pair = (address, key_id)
+        now = time.monotonic()
+        until = self._until.get(pair)
+        # Proven a moment ago: nothing to move (every signed request comes here).
+        if until is not None and until - now > self.seconds - 1.0:
+            return
+        self._until[pair] = now + self.seconds
+        self._until.move_to_end(pair)
+        if len(self._until) > self.most:
+            self._until.popitem(last=False)
+
+    def knows(self, address: str, key_id: str) -> bool:
+        until = self._until.get((address, key_id))
+        return until is not None and until > time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self._until)

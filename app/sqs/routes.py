@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
 
 from app.asgi.access import REQUEST_ID, SQS_ACTION
-from app.asgi.body_budget import SMALL_BODY, BodyBudget, address_of
+from app.asgi.body_budget import SMALL_BODY, BodyBudget, ProvenCallers, address_of
 from app.asgi.disconnect import client_gone
 from app.asgi.lean import UNDO, Answer, Call, response_of, serves
 from app.auth.guard import announces_body
@@ -136,7 +136,7 @@ async def before_body(scope: Scope, state: Any) -> Answer | None:
     try:
         signer = await _credentials(scope, state, is_json)
         if signer is not None:
-            await _reserve_body(scope, state, headers)
+            await _reserve_body(scope, state, headers, signer[0].key)
     except (SqsError, LeaseqError) as exc:
         scope[SQS_ACTION] = "unknown"
         error = from_engine(exc)
@@ -153,7 +153,7 @@ async def before_body(scope: Scope, state: Any) -> Answer | None:
     return None
 
 
-async def _reserve_body(scope: Scope, state: Any, headers: Headers) -> None:
+async def _reserve_body(scope: Scope, state: Any, headers: Headers, key_id: str) -> None:
     """The body's share of the bytes this process holds for requests not proven
     yet (app/asgi/body_budget.py), reserved before a byte of it is read; given
     back once the signature is checked (`_authenticate`) or the request ends.
@@ -161,15 +161,19 @@ async def _reserve_body(scope: Scope, state: Any, headers: Headers) -> None:
     nothing. (The parser refuses a Content-Length beside a Transfer-Encoding.)"""
     settings: Settings = state.settings
     declared = headers.get("content-length")
-    if declared is not None and declared.strip().isdigit():
+    # ASCII digits int() takes (the parser checked them already; this does not lean on it).
+    if declared is not None and re.fullmatch(r"[0-9]{1,19}", declared.strip()):
         size = int(declared)
     else:
         size = settings.request_limit() if "transfer-encoding" in headers else 0
     if size <= SMALL_BODY:
         return
-    budget: BodyBudget = state.unproven
-    reservation = await budget.reserve(size, address_of(scope.get("client")),
-                                       settings.unproven_body_wait_seconds)
+    address = address_of(scope.get("client"))
+    proven: ProvenCallers = state.proven
+    # A caller proven lately from this address draws on a budget no forger reaches.
+    budget: BodyBudget = (state.unproven_known if proven.knows(address, key_id)
+                          else state.unproven)
+    reservation = await budget.reserve(size, address, settings.unproven_body_wait_seconds)
     if reservation is None:
         raise SqsError(
             "RequestThrottled",
@@ -198,6 +202,8 @@ async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, st
                     query_string=request.query, by_name=by_name, body=request.body)
     finally:
         _give_back(request.scope)  # proven or refused: its body is no longer unproven
+    proven: ProvenCallers = request.state.proven
+    proven.prove(address_of(request.scope.get("client")), signed.key)
     return principal, signed.key
 
 

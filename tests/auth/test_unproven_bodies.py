@@ -22,7 +22,7 @@ from conftest import ServeApp
 from sqs_clients import client, run
 from support import wait_until
 
-from app.asgi.body_budget import BodyBudget, address_of
+from app.asgi.body_budget import BodyBudget, ProvenCallers, address_of
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 KEYS = f"AKIDREAL:{SECRET}"
@@ -106,10 +106,10 @@ async def test_a_request_that_cannot_reserve_in_time_is_throttled_unread(
     await wait_until(lambda: budget.held == 0)
 
 
-def _holder(endpoint: str, how: str) -> socket.socket:
-    """A connection naming the real key id with a forged signature that declares
-    the largest body (or sends one chunked, of no declared length), sends its
-    first bytes and holds."""
+def _holder(endpoint: str, how: str, source: str = "127.0.0.1") -> socket.socket:
+    """A connection (from the address `source`) naming the real key id with a
+    forged signature that declares the largest body (or sends one chunked, of no
+    declared length), sends its first bytes and holds."""
     port = int(endpoint.rsplit(":", 1)[1])
     body = _batch_body(BODY)
     framing = (f"Content-Length: {LIMIT}\r\n" if how == "declared"
@@ -118,7 +118,7 @@ def _holder(endpoint: str, how: str) -> socket.socket:
         f"{name}: {value}\r\n" for name, value in _forged_headers(endpoint, body).items()
     ) + framing + "\r\n"
     start = body[:1000] if how == "declared" else b"3e8\r\n" + body[:1000] + b"\r\n"
-    holder = socket.create_connection(("127.0.0.1", port))
+    holder = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
     holder.sendall(head.encode() + start)
     return holder
 
@@ -136,7 +136,9 @@ async def test_one_caller_holding_a_forged_body_starves_no_one(
     endpoint, app = await _serve(serve_factory, unproven_body_wait_seconds=0.5,
                                  body_min_bytes_per_second=0)
     budget = app.state.unproven
-    holder = _holder(endpoint, how)
+    # The forger is not where the proven caller is (127.0.0.1): there, it would
+    # draw on the proven callers' budget (test_forgers_on_many_addresses_...).
+    holder = _holder(endpoint, how, "127.0.0.3")
     try:
         await wait_until(lambda: budget.held == LIMIT)
         good = client(endpoint, "json", key="AKIDREAL", secret=SECRET)
@@ -162,14 +164,62 @@ async def test_one_caller_holding_a_forged_body_starves_no_one(
         # The holder's address has its share out: its next large body waits, and
         # is throttled unread.
         forged = _batch_body(BODY)
-        async with httpx.AsyncClient(base_url=endpoint, timeout=60) as http:
-            answer = await http.post("/", content=forged,
+        forger = httpx.AsyncHTTPTransport(local_address="127.0.0.3")
+        async with httpx.AsyncClient(transport=forger, timeout=60) as http:
+            answer = await http.post(endpoint + "/", content=forged,
                                      headers=_forged_headers(endpoint, forged))
         assert answer.json()["__type"].endswith("#RequestThrottled"), answer.text[:300]
         assert budget.held == LIMIT
     finally:
         holder.close()
     await wait_until(lambda: budget.held == 0)
+
+
+async def test_forgers_on_many_addresses_keep_no_proven_caller_out(
+    serve_factory: ServeApp,
+) -> None:
+    """Two forged bodies held from two addresses filled the whole budget (one full
+    request per address, two in all): every large body of anyone else waited and
+    was throttled. A caller whose signature checked out lately from its address
+    draws on a budget of its own, which a forged signature never reaches."""
+    endpoint, app = await _serve(serve_factory, unproven_body_wait_seconds=0.5,
+                                 body_min_bytes_per_second=0)
+    strangers, known = app.state.unproven, app.state.unproven_known
+    good = client(endpoint, "json", key="AKIDREAL", secret=SECRET)
+    url = (await run(good.create_queue, QueueName="q"))["QueueUrl"]  # proves 127.0.0.1
+    holders = [_holder(endpoint, "declared", source) for source in ("127.0.0.2", "127.0.0.3")]
+    try:
+        await wait_until(lambda: strangers.held == strangers.limit)
+        sent = await run(good.send_message_batch, QueueUrl=url, Entries=[
+            {"Id": f"m{i}", "MessageBody": "y" * (BODY // 10 - 100)} for i in range(10)])
+        assert len(sent["Successful"]) == 10
+        assert known.high_water > 0 and known.held == 0
+        # A stranger's large body still has only the strangers' budget, which is full.
+        forged = _batch_body(BODY)
+        elsewhere = httpx.AsyncHTTPTransport(local_address="127.0.0.4")
+        async with httpx.AsyncClient(transport=elsewhere, timeout=60) as http:
+            answer = await http.post(endpoint + "/", content=forged,
+                                     headers=_forged_headers(endpoint, forged))
+        assert answer.json()["__type"].endswith("#RequestThrottled"), answer.text[:300]
+        assert strangers.high_water == strangers.limit
+    finally:
+        for holder in holders:
+            holder.close()
+    await wait_until(lambda: strangers.held == 0)
+
+
+def test_a_caller_is_proven_for_a_while_by_address_and_key() -> None:
+    proven = ProvenCallers(seconds=600, most=2)
+    proven.prove("203.0.113.7", "AKIDREAL")
+    assert proven.knows("203.0.113.7", "AKIDREAL")
+    assert not proven.knows("203.0.113.8", "AKIDREAL")  # another address
+    assert not proven.knows("203.0.113.7", "AKIDOTHER")  # another key
+    proven.prove("203.0.113.8", "AKIDREAL")
+    proven.prove("203.0.113.9", "AKIDREAL")  # past `most`: the least recent goes
+    assert len(proven) == 2 and not proven.knows("203.0.113.7", "AKIDREAL")
+    lapsed = ProvenCallers(seconds=-1.0)
+    lapsed.prove("203.0.113.7", "AKIDREAL")
+    assert not lapsed.knows("203.0.113.7", "AKIDREAL")
 
 
 async def test_a_waiter_for_its_own_address_share_holds_up_no_one_else() -> None:
