@@ -40,7 +40,8 @@ from leaseq import AsyncClient
 
 # The helpers that split test files share, imported by the test modules after
 # this file: their asserts report what they compared, as a test's own do.
-pytest.register_assert_rewrite("validation_support", "worker_support", "sqs_fifo_support")
+pytest.register_assert_rewrite("validation_support", "worker_support", "sqs_fifo_support",
+                               "dashboard_support")
 
 # Before any test reads a setting: the session's own home (tests/sandbox_home.py).
 SANDBOX = sandbox_home.enter()

@@ -11,9 +11,9 @@ import socket
 from collections.abc import Callable
 
 import asyncpg
-import httpx
 import pytest
 from conftest import AppClient
+from dashboard_support import ADMIN, make_key, session_status, sign_in
 from support import eventually
 
 from app.auth import sessions as sessions_module
@@ -25,46 +25,20 @@ from app.db.connector import Connector
 from app.db.engine import create_engine, dialer
 from app.errors import DatabaseUnavailable
 
-ADMIN = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
-DASHBOARD = {"x-leaseq-dashboard": "1"}
 OTHER_SECRET = "5f0c2b7e9a41d3c8b6e07f1a2d94c5b38e1f6a0d7c2b95e4f3a8d1c6b0e7f294"
-
-
-async def _key(client: httpx.AsyncClient, *scopes: str) -> str:
-    created = await client.post("/v1/keys", json={"name": "dash", "scopes": list(scopes)},
-                                headers={"Authorization": f"Bearer {ADMIN}"})
-    assert created.status_code == 201, created.text
-    return str(created.json()["token"])
-
-
-async def _sign_in(client: httpx.AsyncClient, token: str) -> str:
-    """The cookie signing in sets, as `name=value`; the client keeps none of it."""
-    signed = await client.post("/ui/session", json={"key": token})
-    assert signed.status_code == 200, signed.text
-    client.cookies.clear()
-    (cookie,) = [pair for pair in (line.split(";", 1)[0]
-                                   for line in signed.headers.get_list("set-cookie"))
-                 if not pair.endswith(("=", '=""'))]
-    return cookie
-
-
-async def _status(client: httpx.AsyncClient, cookie: str, path: str = "/ui/api/session") -> int:
-    client.cookies.clear()
-    headers = {**DASHBOARD, "cookie": cookie.encode()}
-    return (await client.get(path, headers=headers)).status_code
 
 
 async def test_the_cookie_holds_neither_the_key_id_nor_its_secret(
     app_factory: AppClient,
 ) -> None:
     client = await app_factory(admin_key=ADMIN)
-    token = await _key(client, "read:*")
+    token = await make_key(client, "read:*")
     key_id, secret = tokens.split_bearer(token) or ("", "")
-    cookie = await _sign_in(client, token)
+    cookie = await sign_in(client, token)
     assert key_id not in cookie and secret not in cookie
-    assert await _status(client, cookie) == 200
+    assert await session_status(client, cookie) == 200
     # The key itself in a cookie, as signing in once kept it, is no sign-in.
-    assert await _status(client, f"leaseq_key={token}") == 401
+    assert await session_status(client, f"leaseq_key={token}") == 401
 
 
 async def test_signing_out_on_one_process_ends_the_session_on_every_process(
@@ -72,18 +46,18 @@ async def test_signing_out_on_one_process_ends_the_session_on_every_process(
 ) -> None:
     first = await app_factory(admin_key=ADMIN)
     second = await app_factory(admin_key=ADMIN)
-    cookie = await _sign_in(first, await _key(first, "read:*"))
-    assert await _status(first, cookie) == 200
-    assert await _status(second, cookie, "/ui/api/overview") == 200
+    cookie = await sign_in(first, await make_key(first, "read:*"))
+    assert await session_status(first, cookie) == 200
+    assert await session_status(second, cookie, "/ui/api/overview") == 200
 
     out = await first.delete("/ui/session", headers={"cookie": cookie})
     assert out.status_code == 204
     # A copy of the cookie is worth nothing anywhere, and the browser forgets it.
-    assert await _status(first, cookie) == 401
+    assert await session_status(first, cookie) == 401
     assert 'leaseq_session=""' in out.headers["set-cookie"]
 
     async def refused_on_the_second() -> bool:
-        return await _status(second, cookie, "/ui/api/overview") == 401
+        return await session_status(second, cookie, "/ui/api/overview") == 401
 
     await eventually(refused_on_the_second)
     # Signing out again, or with no cookie, is no error.
@@ -97,46 +71,46 @@ async def test_revoking_the_key_ends_its_sessions_on_every_process(
 ) -> None:
     first = await app_factory(admin_key=ADMIN)
     second = await app_factory(admin_key=ADMIN)
-    token = await _key(first, "read:*")
-    cookie = await _sign_in(first, token)
-    assert await _status(second, cookie) == 200
+    token = await make_key(first, "read:*")
+    cookie = await sign_in(first, token)
+    assert await session_status(second, cookie) == 200
     revoked = await first.delete(f"/v1/keys/{token.split('.', 1)[0]}",
                                  headers={"Authorization": f"Bearer {ADMIN}"})
     assert revoked.status_code in (200, 204), revoked.text
-    assert await _status(first, cookie) == 401
+    assert await session_status(first, cookie) == 401
 
     async def refused_on_the_second() -> bool:
-        return await _status(second, cookie) == 401
+        return await session_status(second, cookie) == 401
 
     await eventually(refused_on_the_second)
 
 
 async def test_a_session_ends_when_its_time_is_up(app_factory: AppClient) -> None:
     client = await app_factory(admin_key=ADMIN, dashboard_session_seconds=1)
-    cookie = await _sign_in(client, await _key(client, "read:*"))
-    assert await _status(client, cookie) == 200
+    cookie = await sign_in(client, await make_key(client, "read:*"))
+    assert await session_status(client, cookie) == 200
 
     async def expired() -> bool:
-        return await _status(client, cookie) == 401
+        return await session_status(client, cookie) == 401
 
     await eventually(expired, seconds=10)
 
 
 async def test_a_cookie_the_service_did_not_sign_is_refused(app_factory: AppClient) -> None:
     client = await app_factory(admin_key=ADMIN)
-    token = await _key(client, "read:*")
-    cookie = await _sign_in(client, token)
+    token = await make_key(client, "read:*")
+    cookie = await sign_in(client, token)
     name, value = cookie.split("=", 1)
     for at in (0, len(value) // 3, len(value) - 1):  # the id, and its signature
         flipped = value[:at] + ("A" if value[at] != "A" else "B") + value[at + 1:]
-        assert await _status(client, f"{name}={flipped}") == 401
+        assert await session_status(client, f"{name}={flipped}") == 401
     for forged in ("", "x", "a.b", "." * 100, "\u00e9" * 20, value + value):
-        assert await _status(client, f"{name}={forged}") == 401
-    assert await _status(client, cookie) == 200
+        assert await session_status(client, f"{name}={forged}") == 401
+    assert await session_status(client, cookie) == 200
     # A process under another master secret (LEASEQ_SECRET) on the same database
     # did not sign it: the session is not its to honour.
     stranger = await app_factory(admin_key=ADMIN, secret=OTHER_SECRET)
-    assert await _status(stranger, cookie) == 401
+    assert await session_status(stranger, cookie) == 401
 
 
 async def test_a_cookie_the_service_did_not_sign_costs_no_query(
@@ -146,7 +120,7 @@ async def test_a_cookie_the_service_did_not_sign_costs_no_query(
     database cannot be reached refuse every forged cookie all the same, and only
     a genuine one makes them ask (and fail)."""
     client = await app_factory(admin_key=ADMIN)
-    _, value = (await _sign_in(client, await _key(client, "read:*"))).split("=", 1)
+    _, value = (await sign_in(client, await make_key(client, "read:*"))).split("=", 1)
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -179,24 +153,24 @@ async def test_a_key_holds_at_most_its_cap_of_sessions_the_oldest_ending_everywh
     every process at once, as a sign-out does."""
     first = await app_factory(admin_key=ADMIN)
     second = await app_factory(admin_key=ADMIN)
-    token = await _key(first, "send:x")
+    token = await make_key(first, "send:x")
     key_id = token.split(".", 1)[0]
-    oldest = await _sign_in(first, token)
-    assert await _status(first, oldest) == 200
-    assert await _status(second, oldest) == 200  # cached there now
-    cookies = [oldest] + [await _sign_in(first, token)
+    oldest = await sign_in(first, token)
+    assert await session_status(first, oldest) == 200
+    assert await session_status(second, oldest) == 200  # cached there now
+    cookies = [oldest] + [await sign_in(first, token)
                           for _ in range(SESSIONS_PER_KEY + 4)]
     assert await db.fetchval("SELECT count(*) FROM leaseq.dashboard_sessions "
                              "WHERE key_id = $1", key_id) == SESSIONS_PER_KEY
-    assert await _status(first, oldest) == 401
+    assert await session_status(first, oldest) == 401
     for newer in (cookies[5], cookies[-1]):
-        assert await _status(first, newer) == 200
+        assert await session_status(first, newer) == 200
 
     async def refused_on_the_second() -> bool:
-        return await _status(second, oldest) == 401
+        return await session_status(second, oldest) == 401
 
     await eventually(refused_on_the_second)
-    assert await _status(second, cookies[-1]) == 200
+    assert await session_status(second, cookies[-1]) == 200
 
 
 async def test_a_process_holds_a_bounded_number_of_sessions(
@@ -206,14 +180,14 @@ async def test_a_process_holds_a_bounded_number_of_sessions(
     monkeypatch.setattr(sessions_module, "_GONE_HELD", 3)
     client = await app_factory(admin_key=ADMIN)
     sessions = client.app.state.sessions  # type: ignore[attr-defined]
-    token = await _key(client, "read:*")
-    cookies = [await _sign_in(client, token) for _ in range(6)]
+    token = await make_key(client, "read:*")
+    cookies = [await sign_in(client, token) for _ in range(6)]
     for cookie in cookies + cookies:  # the evicted ones are read again
-        assert await _status(client, cookie) == 200
+        assert await session_status(client, cookie) == 200
         assert len(sessions._cache) <= 3
     for cookie in cookies:
         client.cookies.clear()
         assert (await client.delete("/ui/session", headers={"cookie": cookie})
                 ).status_code == 204
         assert len(sessions._gone) <= 3
-        assert await _status(client, cookie) == 401
+        assert await session_status(client, cookie) == 401

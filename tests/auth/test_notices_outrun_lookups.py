@@ -9,15 +9,12 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
 from conftest import AppClient
+from dashboard_support import ADMIN, make_key, session_status, sign_in
 from support import eventually, wait_until
 
 from app.auth.sql import Q
 from app.db.queries import Query
-
-ADMIN = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
-DASHBOARD = {"x-leaseq-dashboard": "1"}
 
 
 class _Parked:
@@ -43,29 +40,6 @@ class _Parked:
         return rows
 
 
-async def _key(client: httpx.AsyncClient, *scopes: str) -> str:
-    created = await client.post("/v1/keys", json={"name": "k", "scopes": list(scopes)},
-                                headers={"Authorization": f"Bearer {ADMIN}"})
-    assert created.status_code == 201, created.text
-    return str(created.json()["token"])
-
-
-async def _sign_in(client: httpx.AsyncClient, token: str) -> str:
-    signed = await client.post("/ui/session", json={"key": token})
-    assert signed.status_code == 200, signed.text
-    client.cookies.clear()
-    (cookie,) = [pair for pair in (line.split(";", 1)[0]
-                                   for line in signed.headers.get_list("set-cookie"))
-                 if not pair.endswith(("=", '=""'))]
-    return cookie
-
-
-async def _session_status(client: httpx.AsyncClient, cookie: str) -> int:
-    client.cookies.clear()
-    headers = {**DASHBOARD, "cookie": cookie.encode()}
-    return (await client.get("/ui/api/session", headers=headers)).status_code
-
-
 async def test_a_key_revoked_while_its_lookup_is_in_flight_is_not_cached(
     app_factory: AppClient,
 ) -> None:
@@ -73,7 +47,7 @@ async def test_a_key_revoked_while_its_lookup_is_in_flight_is_not_cached(
     second = await app_factory(admin_key=ADMIN)
     keys = first.app.state.keys  # type: ignore[attr-defined]
     heard = keys._generation
-    token, witness = await _key(first, "read:*"), await _key(first, "read:*")
+    token, witness = await make_key(first, "read:*"), await make_key(first, "read:*")
     key_id = token.split(".", 1)[0]
     # Each creation's own notice empties the cache when it comes back: both first.
     await wait_until(lambda: keys._generation >= heard + 2)
@@ -107,14 +81,14 @@ async def test_a_session_ended_while_its_lookup_is_in_flight_is_not_cached(
 ) -> None:
     first = await app_factory(admin_key=ADMIN)
     second = await app_factory(admin_key=ADMIN)
-    token = await _key(first, "read:*")
-    cookie, witness = await _sign_in(first, token), await _sign_in(first, token)
+    token = await make_key(first, "read:*")
+    cookie, witness = await sign_in(first, token), await sign_in(first, token)
     sessions = first.app.state.sessions  # type: ignore[attr-defined]
-    assert await _session_status(first, witness) == 200
+    assert await session_status(first, witness) == 200
     assert len(sessions._cache) == 1  # the witness's, until the notice clears it
     parked = _Parked(sessions._db, Q.get_dashboard_session, lambda p: True)
     sessions._db = parked
-    asking = asyncio.create_task(_session_status(first, cookie))
+    asking = asyncio.create_task(session_status(first, cookie))
     await asyncio.wait_for(parked.asked.wait(), 10)
 
     second.cookies.clear()
@@ -124,4 +98,4 @@ async def test_a_session_ended_while_its_lookup_is_in_flight_is_not_cached(
     parked.release.set()
     await asking  # read before the sign-out: it may answer once
 
-    assert await _session_status(first, cookie) == 401
+    assert await session_status(first, cookie) == 401
