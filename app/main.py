@@ -288,6 +288,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.unproven_known = BodyBudget(settings.unproven_body_limit(),
                                           per_address=settings.request_limit())
     app.state.proven = ProvenCallers()
+    app.state.unproven_by_key = {}  # what strangers naming each key id hold of it
     problems.install(app)
     openapi.install_openapi(app)
     # Routes are matched in order: the message routes, most of the traffic, first;

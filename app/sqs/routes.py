@@ -161,26 +161,69 @@ async def _reserve_body(scope: Scope, state: Any, headers: Headers, key_id: str)
     nothing. (The parser refuses a Content-Length beside a Transfer-Encoding.)"""
     settings: Settings = state.settings
     declared = headers.get("content-length")
-    # ASCII digits int() takes (the parser checked them already; this does not lean on it).
-    if declared is not None and re.fullmatch(r"[0-9]{1,19}", declared.strip()):
-        size = int(declared)
+    # ASCII digits, converted from what matched (the parser checked them already;
+    # this does not lean on it).
+    number = None if declared is None else _LENGTH.fullmatch(declared)
+    if number is not None:
+        size = int(number[1])
     else:
         size = settings.request_limit() if "transfer-encoding" in headers else 0
     if size <= SMALL_BODY:
         return
     address = address_of(scope.get("client"))
     proven: ProvenCallers = state.proven
-    # A caller proven lately from this address draws on a budget no forger reaches.
-    budget: BodyBudget = (state.unproven_known if proven.knows(address, key_id)
-                          else state.unproven)
+    if proven.knows(address, key_id):
+        # A caller proven lately from this address draws on a budget of its own.
+        await _reserve(scope, state.unproven_known, size, address, settings)
+        return
+    # A stranger: besides its address's share, its key id's. Whoever forges one
+    # key id (key ids are not secret) holds at most one full request of this
+    # budget, whatever addresses it comes from; strangers naming other keys keep
+    # the rest.
+    size = min(size, settings.request_limit())
+    by_key: dict[str, int] = state.unproven_by_key
+    held = by_key.get(key_id, 0)
+    if held + size > settings.request_limit():
+        raise _throttled()
+    by_key[key_id] = held + size
+
+    def unclaim() -> None:
+        left = by_key.get(key_id, 0) - size
+        if left > 0:
+            by_key[key_id] = left
+        else:
+            by_key.pop(key_id, None)
+
+    try:
+        await _reserve(scope, state.unproven, size, address, settings)
+    except BaseException:
+        unclaim()
+        raise
+    release = scope[UNDO]
+
+    def undo() -> None:
+        release()
+        unclaim()
+
+    scope[UNDO] = undo
+
+
+_LENGTH = re.compile(r"\s*([0-9]{1,19})\s*", re.ASCII)
+
+
+async def _reserve(scope: Scope, budget: BodyBudget, size: int, address: str,
+                   settings: Settings) -> None:
     reservation = await budget.reserve(size, address, settings.unproven_body_wait_seconds)
     if reservation is None:
-        raise SqsError(
-            "RequestThrottled",
-            "Too many requests whose signature is not checked yet are being read; "
-            "retry later.",
-        )
+        raise _throttled()
     scope[UNDO] = reservation.release
+
+
+def _throttled() -> SqsError:
+    return SqsError(
+        "RequestThrottled",
+        "Too many requests whose signature is not checked yet are being read; retry later.",
+    )
 
 
 async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, str]:
@@ -202,8 +245,6 @@ async def _authenticate(request: _Request, is_json: bool) -> tuple[Principal, st
                     query_string=request.query, by_name=by_name, body=request.body)
     finally:
         _give_back(request.scope)  # proven or refused: its body is no longer unproven
-    proven: ProvenCallers = request.state.proven
-    proven.prove(address_of(request.scope.get("client")), signed.key)
     return principal, signed.key
 
 
@@ -266,6 +307,11 @@ async def _handle(request: _Request, path_queue: str | None) -> Answer:
         needs.check_request_line(principal, None)
         request.scope[SQS_ACTION] = action
         request.state.limiter.take(principal)
+        if principal is not EVERYONE:
+            # Signed, allowed and within its rate: this address and key are proven
+            # (app/asgi/body_budget.py); a signature alone, refused, proves nothing.
+            proven: ProvenCallers = request.state.proven
+            proven.prove(address_of(request.scope.get("client")), sender)
         settings: Settings = request.state.settings
         ctx = Context(
             service=request.state.service,

@@ -25,7 +25,8 @@ from support import wait_until
 from app.asgi.body_budget import BodyBudget, ProvenCallers, address_of
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-KEYS = f"AKIDREAL:{SECRET}"
+OTHER_SECRET = "Hq8vT2mZk4Xw9LbN0cRj7YdPf3GsA6eUo1iKt5Vn"
+KEYS = f"AKIDREAL:{SECRET},AKIDOTHER:{OTHER_SECRET}"
 FORGED = "Zq3_x8VbN1-kPf0wYt7uLr2sHc9aJe4dMg6iWo5n"
 LIMIT = 600_000  # the largest request, and so one address's share (of a budget of two)
 BODY = 500_000  # two never fit in one share
@@ -36,13 +37,13 @@ def _batch_body(size: int) -> bytes:
     return json.dumps({"QueueUrl": "http://127.0.0.1/000000000000/q", "Entries": entries}).encode()
 
 
-def _forged_headers(endpoint: str, body: bytes) -> dict[str, str]:
-    """Headers naming the real key id, signed with a secret that is not its own."""
+def _forged_headers(endpoint: str, body: bytes, key: str = "AKIDREAL") -> dict[str, str]:
+    """Headers naming a real key id, signed with a secret that is not its own."""
     request = AWSRequest(method="POST", url=endpoint + "/", data=body, headers={
         "Content-Type": "application/x-amz-json-1.0",
         "X-Amz-Target": "AmazonSQS.SendMessageBatch",
     })
-    SigV4Auth(Credentials("AKIDREAL", FORGED), "sqs", "us-east-1").add_auth(request)
+    SigV4Auth(Credentials(key, FORGED), "sqs", "us-east-1").add_auth(request)
     return dict(request.headers.items())
 
 
@@ -106,7 +107,8 @@ async def test_a_request_that_cannot_reserve_in_time_is_throttled_unread(
     await wait_until(lambda: budget.held == 0)
 
 
-def _holder(endpoint: str, how: str, source: str = "127.0.0.1") -> socket.socket:
+def _holder(endpoint: str, how: str, source: str = "127.0.0.1",
+            key: str = "AKIDREAL") -> socket.socket:
     """A connection (from the address `source`) naming the real key id with a
     forged signature that declares the largest body (or sends one chunked, of no
     declared length), sends its first bytes and holds."""
@@ -115,7 +117,7 @@ def _holder(endpoint: str, how: str, source: str = "127.0.0.1") -> socket.socket
     framing = (f"Content-Length: {LIMIT}\r\n" if how == "declared"
                else "Transfer-Encoding: chunked\r\n")
     head = f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(
-        f"{name}: {value}\r\n" for name, value in _forged_headers(endpoint, body).items()
+        f"{name}: {value}\r\n" for name, value in _forged_headers(endpoint, body, key).items()
     ) + framing + "\r\n"
     start = body[:1000] if how == "declared" else b"3e8\r\n" + body[:1000] + b"\r\n"
     holder = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
@@ -145,19 +147,28 @@ async def test_one_caller_holding_a_forged_body_starves_no_one(
         await run(good.list_queues)
         url = (await run(good.create_queue, QueueName="q"))["QueueUrl"]
         await run(good.send_message, QueueUrl=url, MessageBody="small")
-        # A full batch, signed with the key's secret, from another client address.
+        # A full batch, signed properly, from another client address not proven
+        # yet: with another key it has the rest of the budget; with the key the
+        # forger names, that key's share is out (a stranger naming a key id holds at
+        # most one full request of the budget, forgers included).
         body = json.dumps({"QueueUrl": url, "Entries": [
             {"Id": f"m{i}", "MessageBody": "y" * (BODY // 10 - 100)} for i in range(10)
         ]}).encode()
-        signed = AWSRequest(method="POST", url=endpoint + "/", data=body, headers={
-            "Content-Type": "application/x-amz-json-1.0",
-            "X-Amz-Target": "AmazonSQS.SendMessageBatch",
-        })
-        SigV4Auth(Credentials("AKIDREAL", SECRET), "sqs", "us-east-1").add_auth(signed)
-        elsewhere = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
-        async with httpx.AsyncClient(transport=elsewhere, timeout=60) as http:
-            answer = await http.post(endpoint + "/", content=body,
-                                     headers=dict(signed.headers.items()))
+
+        async def batch_from_elsewhere(key: str, secret: str) -> httpx.Response:
+            signed = AWSRequest(method="POST", url=endpoint + "/", data=body, headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "AmazonSQS.SendMessageBatch",
+            })
+            SigV4Auth(Credentials(key, secret), "sqs", "us-east-1").add_auth(signed)
+            elsewhere = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+            async with httpx.AsyncClient(transport=elsewhere, timeout=60) as http:
+                return await http.post(endpoint + "/", content=body,
+                                       headers=dict(signed.headers.items()))
+
+        same_key = await batch_from_elsewhere("AKIDREAL", SECRET)
+        assert same_key.json()["__type"].endswith("#RequestThrottled"), same_key.text[:300]
+        answer = await batch_from_elsewhere("AKIDOTHER", OTHER_SECRET)
         assert answer.status_code == 200, answer.text[:300]
         assert len(answer.json()["Successful"]) == 10
         assert budget.high_water == LIMIT + len(body)  # held beside the holder's
@@ -187,7 +198,9 @@ async def test_forgers_on_many_addresses_keep_no_proven_caller_out(
     strangers, known = app.state.unproven, app.state.unproven_known
     good = client(endpoint, "json", key="AKIDREAL", secret=SECRET)
     url = (await run(good.create_queue, QueueName="q"))["QueueUrl"]  # proves 127.0.0.1
-    holders = [_holder(endpoint, "declared", source) for source in ("127.0.0.2", "127.0.0.3")]
+    # Two forgers, two addresses, two key ids: the strangers' budget is full.
+    holders = [_holder(endpoint, "declared", source, key)
+               for source, key in (("127.0.0.2", "AKIDREAL"), ("127.0.0.3", "AKIDOTHER"))]
     try:
         await wait_until(lambda: strangers.held == strangers.limit)
         sent = await run(good.send_message_batch, QueueUrl=url, Entries=[
@@ -286,3 +299,26 @@ def test_a_client_address_is_its_host_an_ipv6_host_its_slash_64() -> None:
     assert address_of(("2001:db8:1:2::1", 1)) == address_of(("2001:db8:1:2:ffff::9", 2))
     assert address_of(("2001:db8:1:2::1", 1)) != address_of(("2001:db8:1:3::1", 1))
     assert address_of(None) == ""
+
+
+async def test_only_a_request_signed_allowed_and_within_its_rate_proves_its_caller(
+    serve_factory: ServeApp,
+) -> None:
+    """A signature that checks out is not enough to be proven: a key refused the
+    action (any key holder's, or a replayed link's) would otherwise reach the
+    proven callers' budget for its address."""
+    admin = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
+    endpoint, app = await serve_factory(admin_key=admin)
+    async with httpx.AsyncClient(base_url=endpoint, timeout=30) as http:
+        made = await http.post("/v1/keys", json={"name": "narrow", "scopes": ["send:only-*"]},
+                               headers={"Authorization": f"Bearer {admin}"})
+    assert made.status_code == 201, made.text
+    narrow_id, narrow_secret = made.json()["token"].split(".", 1)
+    narrow = client(endpoint, "json", key=narrow_id, secret=narrow_secret)
+    with pytest.raises(Exception, match="AccessDenied"):
+        await run(narrow.list_queues)
+    proven = app.state.proven
+    assert not proven.knows("127.0.0.1", narrow_id)
+    admin_id, admin_secret = admin.split(".", 1)
+    await run(client(endpoint, "json", key=admin_id, secret=admin_secret).list_queues)
+    assert proven.knows("127.0.0.1", admin_id)
