@@ -69,8 +69,11 @@ def unseal(master: bytes, key_id: str, sealed: bytes, expected_hash: bytes) -> s
 
 
 def split_bearer(token: str) -> tuple[str, str] | None:
-    """`<id>.<secret>` -> (id, secret)."""
+    """`<id>.<secret>` -> (id, secret); None for anything else. A secret is ASCII
+    (every secret made is): a header cannot carry more, but a sign-in's JSON body
+    can carry a lone surrogate, which no hash of UTF-8 takes."""
     key_id, sep, secret = token.partition(".")
-    if not sep or not secret or not KEY_ID.fullmatch(key_id) or len(secret) > 256:
+    if (not sep or not secret or not KEY_ID.fullmatch(key_id) or len(secret) > 256
+            or not secret.isascii()):
         return None
     return key_id, secret

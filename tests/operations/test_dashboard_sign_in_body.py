@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import pytest
 from conftest import AppClient
 
 from app.ui.routes import SIGN_IN_BODY_BYTES
@@ -72,3 +73,20 @@ async def test_sign_ins_count_against_the_keys_rate(app_factory: AppClient) -> N
     assert second.status_code == 429, second.text
     assert second.json()["code"] == "rate_limited"
     assert "set-cookie" not in second.headers
+
+
+@pytest.mark.parametrize("secret", ["\ud800x", "\u00e9t\u00e9-0123456789abcdefghij"],
+                         ids=["lone surrogate", "not ascii"])
+async def test_a_secret_no_key_could_have_is_refused_as_one(
+    app_factory: AppClient, secret: str
+) -> None:
+    # The key id is real (key ids are not secret); the secret's characters no key
+    # has. A lone surrogate, which JSON carries and UTF-8 does not, was a 500.
+    client = await app_factory(admin_key=ADMIN)
+    key_id = ADMIN.split(".", 1)[0]
+    body = json.dumps({"key": f"{key_id}.{secret}"})  # ASCII, with \\u escapes
+    refused = await client.post("/ui/session", content=body,
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["code"] == "unauthenticated"
+    assert "set-cookie" not in refused.headers
