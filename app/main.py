@@ -17,7 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import openapi, problems
-from app.api.metrics import Metrics, QueueGauges
+from app.api.metrics import Metrics
+from app.api.queue_gauges import QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
 from app.asgi import header_limits
 from app.asgi.access import AccessLog

@@ -18,7 +18,7 @@ import time
 
 import asyncpg
 
-from app.api.metrics import GAUGE_CACHE_SECONDS
+from app.api.queue_gauges import GAUGE_CACHE_SECONDS
 from app.queue.sql import Q
 from bench._harness import Http, running_service, summary_ms
 from bench.longpoll import database_url
