@@ -29,7 +29,8 @@ from app.auth.guard import Guard, RateLimiter, Rules, is_sqs_door
 from app.auth.receipt_keys import ReceiptKeyring
 from app.auth.sessions import DashboardSessions
 from app.auth.store import KeyStore
-from app.config import Settings, parse_credentials
+from app.config import Settings
+from app.credentials import parse_credentials
 from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, dialer, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError

@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import secrets
 
-from app.config import KEY_ID as KEY_ID  # the shape lives with the settings that check it
+from app.credentials import KEY_ID as KEY_ID  # the shape the settings check a key by
 
 _SECRET_CHARS = 40
 _SEAL_CONTEXT = b"leaseq api-key seal v1\x00"

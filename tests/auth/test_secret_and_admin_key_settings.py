@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 from support import TEST_SECRET
 
-from app.config import Settings, estimated_bits
+from app.config import Settings
+from app.credentials import estimated_bits
 
 GOOD_KEY = "LQBOOTSTRAPADMIN0001.admin-secret-0123456789abcdefghij"
 
