@@ -996,6 +996,68 @@ WHERE c.oid = CAST('leaseq.messages' AS regclass);
 -- (1 is the migration lock, app/db/migrate.py).
 SELECT pg_try_advisory_lock(7810756276995031042) AS locked;
 
+-- name: database_horizon
+-- returns: HorizonRow
+-- Who holds back this database's cleanup horizon the furthest: the holder of
+-- the oldest transaction ID that a VACUUM of leaseq's tables must keep every
+-- row version deleted since (app/queue/horizon.py times it and names it). No
+-- holder: one row with `kind` NULL (`now` and `next_xid` are always read: the
+-- xid clock records them). Counted, as PostgreSQL counts them for this
+-- database's tables:
+-- * a transaction that holds a transaction ID (it wrote), in any database:
+--   every snapshot taken while it runs, this database's too, keeps it;
+-- * a snapshot (backend_xmin) in this database; before PostgreSQL 14 in any.
+--   A physical walsender's (a standby's hot_standby_feedback, no database)
+--   counts everywhere. Left out: lazy VACUUMs and autovacuum workers, and
+--   walsenders decoding (a logical slot's catalog_xmin below), which
+--   PostgreSQL leaves out too, and this reading's own backend;
+-- * a replication slot's xmin. Its catalog_xmin holds back the system
+--   catalogs only, never a row of leaseq's tables: not counted;
+-- * a prepared transaction, until COMMIT or ROLLBACK PREPARED, in any
+--   database (it holds its transaction ID as a running writer does).
+-- The oldest first by age in transactions; among equals, the one that holds
+-- the ID itself (the others' snapshots wait on it), then the longest open.
+-- Another role's session shows its xmin but not its times, state, client or
+-- query unless leaseq's role has pg_read_all_stats (or pg_monitor).
+SELECT now() AS now,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
+       h.kind, h.xid_age, h.since, h.pid, h.application_name, h.username,
+       h.client_addr, h.state, h.backend_type, h.database, h.query,
+       h.slot_name, h.slot_type, h.gid
+FROM (SELECT) AS reading
+LEFT JOIN LATERAL (
+    SELECT 'backend' AS kind,
+           greatest(age(a.backend_xid), age(a.held_xmin))::bigint AS xid_age,
+           a.backend_xid IS NOT NULL
+               AND age(a.backend_xid) >= coalesce(age(a.held_xmin), 0) AS holds_the_id,
+           a.xact_start AS since, a.pid, a.application_name,
+           a.usename::text AS username, host(a.client_addr) AS client_addr, a.state,
+           a.backend_type, a.datname::text AS database, left(a.query, 400) AS query,
+           NULL AS slot_name, NULL AS slot_type, NULL AS gid
+    FROM (SELECT s.*,
+                 CASE WHEN s.datname = current_database() OR s.datid IS NULL
+                           OR current_setting('server_version_num')::int < 140000
+                      THEN s.backend_xmin END AS held_xmin
+          FROM pg_stat_activity AS s
+          WHERE s.pid <> pg_backend_pid()
+            AND s.backend_type IS DISTINCT FROM 'autovacuum worker'
+            AND NOT (s.backend_type = 'walsender' AND s.datid IS NOT NULL)
+            AND NOT (s.state = 'active' AND s.query ~* '^\s*vacuum\M'
+                     AND s.query !~* '\mfull\M')) AS a
+    WHERE a.backend_xid IS NOT NULL OR a.held_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'slot', age(s.xmin)::bigint, true, NULL, s.active_pid, NULL, NULL, NULL,
+           NULL, NULL, s.database::text, NULL, s.slot_name::text, s.slot_type, NULL
+    FROM pg_replication_slots AS s
+    WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared', age(p.transaction)::bigint, true, p.prepared, NULL, NULL,
+           p.owner::text, NULL, NULL, NULL, p.database::text, NULL, NULL, NULL, p.gid
+    FROM pg_prepared_xacts AS p
+    ORDER BY xid_age DESC, holds_the_id DESC, since NULLS LAST
+    LIMIT 1
+) AS h ON true;
+
 -- name: vacuum_messages
 VACUUM (ANALYZE) leaseq.messages;
 

@@ -186,6 +186,28 @@ class LockedRow(TypedDict):
     locked: bool
 
 
+class HorizonRow(TypedDict):
+    """The oldest holder of the cleanup horizon (database_horizon); `kind` None:
+    none holds it. Which columns a holder fills depends on its kind."""
+
+    now: datetime
+    next_xid: int
+    kind: str | None
+    xid_age: int | None
+    since: datetime | None
+    pid: int | None
+    application_name: str | None
+    username: str | None
+    client_addr: str | None
+    state: str | None
+    backend_type: str | None
+    database: str | None
+    query: str | None
+    slot_name: str | None
+    slot_type: str | None
+    gid: str | None
+
+
 class FifoSentRow(TypedDict):
     message_id: UUID
     sequence_number: int

@@ -16,6 +16,7 @@ from app.queue.rows import (
     FifoSentRow,
     GaugeRow,
     GivenBackRow,
+    HorizonRow,
     IdRow,
     LapsedRow,
     LockedRow,
@@ -89,6 +90,7 @@ class Statements(Queries):
     redrive_batch: Query[RedriveBatchRow]
     messages_vacuum_state: Query[VacuumStateRow]
     try_maintenance_lock: Query[LockedRow]
+    database_horizon: Query[HorizonRow]
     vacuum_messages: Query[None]
     send_fifo_messages: Query[FifoSentRow]
     claim_fifo_messages: Query[FifoClaimRow]
