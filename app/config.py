@@ -116,6 +116,14 @@ class Settings(BaseSettings):
         description="How often a process checks whether the messages table needs the "
         "VACUUM that autovacuum, when it is off, does not run.",
     )
+    horizon_warn_seconds: float = Field(
+        default=300.0, gt=0, le=7 * 86400,
+        description="A transaction, replication slot or prepared transaction holding "
+        "PostgreSQL's cleanup horizon back this long is named in a warning (once a minute "
+        "at most, by the process holding the maintenance lock, checking every "
+        "LEASEQ_VACUUM_CHECK_SECONDS), in /metrics and by `leaseq doctor`: no VACUUM "
+        "removes a dead row version meanwhile.",
+    )
     redrive_scan_seconds: float = Field(
         default=10.0, gt=0,
         description="How often a process looks for redrive tasks whose runner died.",

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api import openapi, problems
+from app.api.horizon_gauges import HorizonGauges
 from app.api.metrics import Metrics
 from app.api.queue_gauges import QueueGauges
 from app.api.routes import docs, health, keys, messages, queues, redrive
@@ -36,6 +37,7 @@ from app.db.engine import create_engine, dialer, split_pool
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
 from app.queue.fairness import FairnessRounds
+from app.queue.horizon import Horizon, HorizonWatch
 from app.queue.kinds import group_commit
 from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
@@ -184,12 +186,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             notices=(keys.on_notice, keyring.on_notice, sessions.on_notice),
         )
         catalog = QueueCatalog(db, hub)
-        # Once across the fleet: the process holding the maintenance lock sweeps
-        # and vacuums (app/queue/maintenance.py); redrive tasks have leases.
+        # Once across the fleet: the process holding the maintenance lock sweeps,
+        # vacuums and warns of a held horizon (app/queue/maintenance.py); redrive
+        # tasks have leases.
         maintenance = Maintenance(listen_url, dial=dial)
         group = group_commit(db)
+        horizon = Horizon(db, warn_seconds=settings.horizon_warn_seconds)
         metrics = Metrics(
-            hub, group, QueueGauges(catalog.gauges, catalog.existing), maintenance
+            hub, group, QueueGauges(catalog.gauges, catalog.existing), maintenance,
+            HorizonGauges(horizon),
         )
         service = QueueService(
             db, catalog, hub, keyring.signer, group=group, events=metrics,
@@ -213,6 +218,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.service = service
         app.state.swept = asyncio.Event()
         app.state.maintenance = maintenance
+        app.state.horizon_watch = horizon_watch = HorizonWatch(horizon)
         app.state.metrics = metrics
         app.state.throughput = throughput = Throughput(metrics.message_totals)
         app.state.redrives = redrives = Redrives(
@@ -239,6 +245,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 FairnessRounds(db).forever(only_while=maintenance.lock),
                 name="leaseq-fairness",
+            ),
+            asyncio.create_task(
+                horizon_watch.forever(settings.vacuum_check_seconds,
+                                      only_while=maintenance.lock),
+                name="leaseq-horizon",
             ),
         ]
         background.append(asyncio.create_task(

@@ -1,13 +1,14 @@
 """/metrics through prometheus_client: request counts and latencies (SQS actions by
 name), long-poll waiters and group commit of this process, the process itself, and
-every queue's depth from the database.
+from the database every queue's depth and who holds its cleanup horizon back.
 
 With `leaseq serve --workers N` (PROMETHEUS_MULTIPROC_DIR set by the CLI) the
 per-process metrics live in files the processes share, and a scrape of any process
-answers their sum; the queue gauges come from the database, so they are the same
-whoever answers. Label values are bounded: route templates, known SQS actions and
-methods, queue names (resources that exist), never a path or a string a client chose,
-a tenant or a key id. A deleted queue's series leave every scrape at once: each
+answers their sum; the queue and horizon gauges come from the database, so they are
+the same whoever answers (the horizon's age within each process's timing of it).
+Label values are bounded: route templates, known SQS actions and methods, queue
+names (resources that exist), the horizon's one holder, never a path or a string an
+HTTP client chose, a tenant or a key id. A deleted queue's series leave every scrape at once: each
 scrape asks the database which of the queues its series name still exist and
 leaves the rest out (the multiprocess files cannot drop an entry), and a process
 forgets its own series of a queue once it is gone (a scrape, or within a second of
@@ -36,6 +37,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from app.api.horizon_gauges import HOLDER_INFO, HorizonGauges
 from app.api.queue_gauges import QueueGauges
 from app.queue.advice import LeaseAdvice, LeaseWatch
 from app.queue.events import QueueEvents
@@ -68,8 +70,9 @@ class Metrics(QueueEvents):
     counted per queue."""
 
     def __init__(self, hub: WaitHub, group: GroupCommit, gauges: QueueGauges,
-                 maintenance: Maintenance) -> None:
+                 maintenance: Maintenance, horizon: HorizonGauges) -> None:
         self._hub, self._group, self._gauges = hub, group, gauges
+        self._horizon = horizon
         self._maintenance = maintenance
         self._multiprocess = multiprocess_dir() is not None
         # Single process: an own registry (several apps may share a test process)
@@ -208,6 +211,7 @@ class Metrics(QueueEvents):
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
             registry.register(gauges)
+            registry.register(horizon)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, kept: prometheus_client looks a child up under a
@@ -371,11 +375,13 @@ class Metrics(QueueEvents):
         never learns another queue's name or depth."""
         self.refresh_local()
         await self._gauges.refresh()
+        await self._horizon.refresh()
         registry: Any = self._registry
         if registry is None:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             registry.register(self._gauges)
+            registry.register(self._horizon)
         families = list(registry.collect())
         named = {
             sample.labels[label] for family in families for sample in family.samples
@@ -388,7 +394,10 @@ class Metrics(QueueEvents):
         def shown(queue: str) -> bool:
             return queue not in gone and (readable is None or readable(queue))
 
-        return bytes(generate_latest(_QueuesFiltered(families, shown)))
+        # The horizon's holder is a session of the database, perhaps not leaseq's:
+        # named to keys that may read every queue only.
+        private = frozenset() if readable is None else frozenset({HOLDER_INFO})
+        return bytes(generate_latest(_QueuesFiltered(families, shown, private)))
 
     @property
     def multiprocess(self) -> bool:
@@ -416,17 +425,21 @@ class Metrics(QueueEvents):
 
 
 class _QueuesFiltered:
-    """Collected families without the samples of queues `shown` refuses."""
+    """Collected families without the samples of queues `shown` refuses, nor any
+    of the `private` families."""
 
-    def __init__(self, families: list[Metric], shown: Callable[[str], bool]) -> None:
+    def __init__(self, families: list[Metric], shown: Callable[[str], bool],
+                 private: frozenset[str] = frozenset()) -> None:
         self._families = families
         self._shown = shown
+        self._private = private
 
     def collect(self) -> Iterator[Metric]:
         for family in self._families:
-            kept = [s for s in family.samples
-                    if all(self._shown(s.labels[label])
-                           for label in _QUEUE_LABELS if label in s.labels)]
+            kept = [] if family.name in self._private else [
+                s for s in family.samples
+                if all(self._shown(s.labels[label])
+                       for label in _QUEUE_LABELS if label in s.labels)]
             if len(kept) != len(family.samples):
                 family = copy.copy(family)
                 family.samples = kept
