@@ -18,6 +18,7 @@ from app.db.connector import DatabaseError
 from app.db.engine import parse_url
 from app.doctor.sql import Q
 from app.errors import DatabaseUnavailable
+from app.queue.horizon import XidClock, reading_of
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -167,6 +168,39 @@ async def check_autovacuum(conn: Session) -> Finding:
             "(autovacuum_enabled)",
         )
     return Finding("autovacuum", "ok", "on, for the messages table too")
+
+
+async def check_horizon(settings: Settings, conn: Session) -> Finding:
+    row = await conn.fetchrow(Q.database_horizon)
+    assert row is not None
+    # One reading: the xid clock has nothing before it, so a holder without a
+    # time of its own (a slot, a standby's feedback, a session leaseq's role may
+    # not read the times of) is counted in transactions only.
+    reading = reading_of(row, XidClock())
+    holder, limit = reading.holder, settings.horizon_warn_seconds
+    if holder is None:
+        return Finding("horizon", "ok", "no snapshot, transaction, replication slot or "
+                       "prepared transaction holds PostgreSQL's cleanup horizon back")
+    harm = ("no VACUUM removes a row version deleted since, and every claim steps over "
+            "them")
+    fix = f"end it: {holder.how_to_end()} (docs/operating.md, \"LeaseqDatabaseHorizonHeld\")"
+    if not reading.timed:
+        found = (f"held back {reading.transactions} transactions by {holder.describe()}; "
+                 "one reading cannot tell since when (the service's "
+                 "leaseq_database_horizon_age_seconds times it)")
+        if holder.kind == "slot" and holder.pid is None:
+            return Finding("horizon", "warn",
+                           f"{found}: an unused slot holds it until dropped, and {harm}", fix)
+        return Finding("horizon", "ok", found)
+    if reading.seconds >= limit:
+        return Finding(
+            "horizon", "warn",
+            f"held back for {reading.seconds:.0f} s ({reading.transactions} transactions), "
+            f"past LEASEQ_HORIZON_WARN_SECONDS ({limit:g}), by {holder.describe()}: {harm}",
+            fix,
+        )
+    return Finding("horizon", "ok", f"the oldest holder has held it {reading.seconds:.1f} s "
+                   f"at most, below LEASEQ_HORIZON_WARN_SECONDS ({limit:g})")
 
 
 
@@ -320,6 +354,7 @@ async def _examine(conn: Session, settings: Settings, url: str, deployment: Depl
         ("keys", lambda: check_keys(settings, conn)),
         ("connections", lambda: check_connections(settings, deployment, conn)),
         ("autovacuum", lambda: check_autovacuum(conn)),
+        ("horizon", lambda: check_horizon(settings, conn)),
         ("durability", lambda: check_durability(conn)),
         ("clock", lambda: check_clock(conn)),
         ("pgbouncer", lambda: check_pgbouncer(settings, url, conn)),

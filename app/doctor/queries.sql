@@ -92,3 +92,47 @@ JOIN pg_auth_members AS a ON a.roleid = p.proowner
 JOIN pg_roles AS m ON m.oid = a.member
 WHERE n.nspname = 'leaseq' AND p.prosecdef
   AND p.proowner <> n.nspowner AND a.member <> n.nspowner;
+
+-- name: database_horizon
+-- returns: HorizonRow
+-- Who holds back this database's cleanup horizon the furthest: the engine's
+-- statement of the same name (app/queue/queries.sql says what it counts and
+-- why), word for word; tests/operations/test_horizon.py holds the two equal.
+SELECT now() AS now,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
+       h.kind, h.xid_age, h.since, h.pid, h.application_name, h.username,
+       h.client_addr, h.state, h.backend_type, h.database, h.query,
+       h.slot_name, h.slot_type, h.gid
+FROM (SELECT) AS reading
+LEFT JOIN LATERAL (
+    SELECT 'backend' AS kind,
+           greatest(age(a.backend_xid), age(a.held_xmin))::bigint AS xid_age,
+           a.backend_xid IS NOT NULL
+               AND age(a.backend_xid) >= coalesce(age(a.held_xmin), 0) AS holds_the_id,
+           a.xact_start AS since, a.pid, a.application_name,
+           a.usename::text AS username, host(a.client_addr) AS client_addr, a.state,
+           a.backend_type, a.datname::text AS database, left(a.query, 400) AS query,
+           NULL AS slot_name, NULL AS slot_type, NULL AS gid
+    FROM (SELECT s.*,
+                 CASE WHEN s.datname = current_database() OR s.datid IS NULL
+                           OR current_setting('server_version_num')::int < 140000
+                      THEN s.backend_xmin END AS held_xmin
+          FROM pg_stat_activity AS s
+          WHERE s.pid <> pg_backend_pid()
+            AND s.backend_type IS DISTINCT FROM 'autovacuum worker'
+            AND NOT (s.backend_type = 'walsender' AND s.datid IS NOT NULL)
+            AND NOT (s.state = 'active' AND s.query ~* '^\s*vacuum\M'
+                     AND s.query !~* '\mfull\M')) AS a
+    WHERE a.backend_xid IS NOT NULL OR a.held_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'slot', age(s.xmin)::bigint, true, NULL, s.active_pid, NULL, NULL, NULL,
+           NULL, NULL, s.database::text, NULL, s.slot_name::text, s.slot_type, NULL
+    FROM pg_replication_slots AS s
+    WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared', age(p.transaction)::bigint, true, p.prepared, NULL, NULL,
+           p.owner::text, NULL, NULL, NULL, p.database::text, NULL, NULL, NULL, p.gid
+    FROM pg_prepared_xacts AS p
+    ORDER BY xid_age DESC, holds_the_id DESC, since NULLS LAST
+    LIMIT 1
+) AS h ON true;

@@ -6,6 +6,7 @@ PostgreSQL and holds these to the columns it answers: names and types.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TypedDict
 
 
@@ -62,3 +63,24 @@ class DefinersRow(TypedDict):
 
 class OwnerMembersRow(TypedDict):
     members: list[str]
+
+
+class HorizonRow(TypedDict):
+    """The engine's HorizonRow (app/queue/rows.py), the same statement's."""
+
+    now: datetime
+    next_xid: int
+    kind: str | None
+    xid_age: int | None
+    since: datetime | None
+    pid: int | None
+    application_name: str | None
+    username: str | None
+    client_addr: str | None
+    state: str | None
+    backend_type: str | None
+    database: str | None
+    query: str | None
+    slot_name: str | None
+    slot_type: str | None
+    gid: str | None

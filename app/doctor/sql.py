@@ -10,6 +10,7 @@ from app.doctor.rows import (
     DefinersRow,
     DurabilityRow,
     ExistsRow,
+    HorizonRow,
     MigratedRow,
     OwnerMembersRow,
     PortRow,
@@ -35,6 +36,7 @@ class Statements(Queries):
     receipt_keys_age: Query[ReceiptKeysAgeRow]
     superuser_definers: Query[DefinersRow]
     definer_owner_members: Query[OwnerMembersRow]
+    database_horizon: Query[HorizonRow]
 
 
 Q = load("app.doctor", Statements)

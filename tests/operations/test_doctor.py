@@ -15,6 +15,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from processes import LEASEQ, free_port, run_cli, service_env
 from sqlalchemy.engine import make_url
+from support import eventually
 
 from app.db.engine import plain_url
 from app.db.migrate import alembic_config
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 SECRET = "doctor-test-secret-0123456789abcdefABCDEF"
 CHECKS = ["database", "migration", "secret", "keys", "connections", "autovacuum",
-          "durability", "clock", "pgbouncer", "receipt keys", "sql api owner"]
+          "horizon", "durability", "clock", "pgbouncer", "receipt keys", "sql api owner"]
 
 
 def _doctor(database_url: str, *args: str, prefix: tuple[str, ...] = (),
@@ -195,3 +196,39 @@ def test_sql_api_owner_fails_when_another_role_may_act_as_the_owner(
         assert status == 1
     finally:
         _sql(database_url, f'DROP ROLE "{member}"')
+
+
+async def test_horizon_warns_naming_the_session_that_holds_it(database_url: str) -> None:
+    """A snapshot left open (psql's forgotten BEGIN) while others write: the doctor
+    names its session and how to end it; once it ends, the check passes."""
+    url = plain_url(database_url)
+    holder = await asyncpg.connect(url, server_settings={"application_name": "doctor-holder"})
+    writer = await asyncpg.connect(url)
+    try:
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT 1")
+        pid = holder.get_server_pid()
+        # Transactions that begin and end past its snapshot: what it keeps from VACUUM.
+        for _ in range(3):
+            await writer.execute("SELECT pg_current_xact_id()")
+
+        async def older_than_the_threshold() -> bool:
+            return bool(await writer.fetchval(
+                "SELECT clock_timestamp() - xact_start > interval '0.5 s' "
+                "FROM pg_stat_activity WHERE pid = $1", pid))
+
+        await eventually(older_than_the_threshold, seconds=10)
+        status, report = await asyncio.to_thread(
+            _doctor, database_url, LEASEQ_HORIZON_WARN_SECONDS="0.5")
+        (finding,) = [f for f in report["findings"] if f["check"] == "horizon"]
+        assert finding["status"] == "warn", report
+        assert f"by pid {pid} (application doctor-holder, user " in finding["found"]
+        assert "idle in transaction" in finding["found"]
+        assert f"SELECT pg_terminate_backend({pid})" in finding["fix"]
+        assert status == 0  # a warning
+    finally:
+        await holder.close()
+        await writer.close()
+    _, report = await asyncio.to_thread(_doctor, database_url,
+                                        LEASEQ_HORIZON_WARN_SECONDS="0.5")
+    assert _statuses(report)["horizon"] == "ok", report
