@@ -28,6 +28,13 @@ is set) and prints one table, measured in one run on one PostgreSQL:
 Each row shows the load generators' CPU (several processes; when they near
 100% of a core each, the row measures them, not leaseq) and the service's.
 Results are also written to bench/results/bench-<time>.json.
+
+`--history` adds, after that table, the rows of bench/history.py (on a
+service of their own): the message cycle while a transaction holds
+PostgreSQL's cleanup horizon and while pg_dump runs, fair queues with many
+tenants, a backlog of 1,000,000. Off by default, because the held-horizon
+rows last minutes each: about 2 h 20 min in all (with --quick, about 9 min).
+Their results go into the same JSON, under "history".
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from typing import Any
 
 import psutil
 
-from bench import apart, cycle, heartbeat_capacity, minimal, transactional
+from bench import apart, cycle, heartbeat_capacity, history, minimal, transactional
 from bench._harness import (
     Http,
     Service,
@@ -573,6 +580,9 @@ def cli() -> None:
                         help="uvicorn workers of the service (default: leaseq serve's own)")
     parser.add_argument("--fifo-only", action="store_true",
                         help="only the FIFO rows and the standard row they are compared with")
+    parser.add_argument("--history", action="store_true",
+                        help="also the rows of bench/history.py (held horizon, tenants, "
+                        "backlog): over two hours, about 9 minutes with --quick")
     args = parser.parse_args()
     if args.fifo_only:
         report = fifo_only(args.quick, args.workers)
@@ -582,6 +592,9 @@ def cli() -> None:
     else:
         report = main(args.quick, args.workers)
         print_table(report)
+    if args.history:
+        report["history"] = history.measure(quick=args.quick)
+        history.print_report(report["history"])
     path = args.output or RESULTS / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
