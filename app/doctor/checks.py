@@ -171,7 +171,7 @@ async def check_autovacuum(conn: Session) -> Finding:
 
 
 async def check_horizon(settings: Settings, conn: Session) -> Finding:
-    row = await conn.fetchrow(Q.database_horizon)
+    row = await conn.fetchrow(Q.horizon_holder)
     assert row is not None
     # One reading: the xid clock has nothing before it, so a holder without a
     # time of its own (a slot, a standby's feedback, a session leaseq's role may

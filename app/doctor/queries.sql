@@ -93,11 +93,11 @@ JOIN pg_roles AS m ON m.oid = a.member
 WHERE n.nspname = 'leaseq' AND p.prosecdef
   AND p.proowner <> n.nspowner AND a.member <> n.nspowner;
 
--- name: database_horizon
+-- name: horizon_holder
 -- returns: HorizonRow
 -- Who holds back this database's cleanup horizon the furthest: the engine's
--- statement of the same name (app/queue/queries.sql says what it counts and
--- why), word for word; tests/operations/test_horizon.py holds the two equal.
+-- statement database_horizon (app/queue/queries.sql says what it counts and
+-- why), word for word (each file's names are its own); tests/operations/test_horizon.py holds the two equal.
 SELECT now() AS now,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
        h.kind, h.xid_age, h.since, h.pid, h.application_name, h.username,

@@ -36,7 +36,7 @@ class Statements(Queries):
     receipt_keys_age: Query[ReceiptKeysAgeRow]
     superuser_definers: Query[DefinersRow]
     definer_owner_members: Query[OwnerMembersRow]
-    database_horizon: Query[HorizonRow]
+    horizon_holder: Query[HorizonRow]
 
 
 Q = load("app.doctor", Statements)

@@ -243,7 +243,7 @@ def test_the_doctor_reads_the_engines_statement_word_for_word() -> None:
     def sql(text: str) -> list[str]:
         return [line for line in text.splitlines() if not line.startswith("--")]
 
-    assert sql(DOCTOR.database_horizon.text) == sql(QUEUE.database_horizon.text)
+    assert sql(DOCTOR.horizon_holder.text) == sql(QUEUE.database_horizon.text)
 
 
 # -- the xid clock and the holder's description, on rows as the statement answers ----
