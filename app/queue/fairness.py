@@ -6,8 +6,11 @@ tenant noisy the moment its messages in flight pass the queue's thresholds.
 What they cannot see -- leases that lapsed, messages released or
 acknowledged through the SQL API, a tenant whose backlog is gone or that
 stopped sending five minutes ago, shares that fell -- this round settles,
-once a second, for every fair queue at once: each tenant counted again from
-the messages and judged afresh. It runs in the process holding the
+once a second, for every fair queue at once: the messages in flight counted
+again, each tenant judged afresh, and each one's bound (when it may next have a message
+claimable) set from its messages as a claim sets it. Every thirty rounds it
+also adopts the messages stored without a tenant, and puts right the tenants
+whose row or bound a writer did not keep. It runs in the process holding the
 maintenance lock; a round run twice is harmless.
 """
 
@@ -30,7 +33,8 @@ its backlog is gone, at most."""
 ADOPT_EVERY = 30
 """Rounds between two looks for messages of a fair queue sent without a tenant
 by a process that had not yet heard the queue became fair (each reads every
-message of the fair queues)."""
+message of the fair queues), and for tenants whose row or bound a writer
+failed to keep (one probe per tenant)."""
 
 
 async def judge_tenants(db: Connector) -> FairnessRoundRow:
@@ -48,6 +52,16 @@ async def adopt_strays(db: Connector) -> int:
     return count
 
 
+async def restore_tenant_rows(db: Connector) -> int:
+    """Tenants with messages whose row was missing or whose bound was late, put
+    right; how many (none but after a writer that did not keep the bounds)."""
+    (row,) = await db.fetch(Q.restore_tenant_rows)
+    count = int(row["swept"])
+    if count:
+        _log.warning("restored the rows or bounds of %d tenants of fair queues", count)
+    return count
+
+
 class FairnessRounds:
     """The rounds of this process, while it holds the maintenance lock."""
 
@@ -58,6 +72,7 @@ class FairnessRounds:
     async def step(self) -> None:
         if self._rounds % ADOPT_EVERY == 0:
             await adopt_strays(self._db)
+            await restore_tenant_rows(self._db)
         self._rounds += 1
         await judge_tenants(self._db)
 

@@ -325,6 +325,18 @@ CHANGE: Grouped[int, Change, dict[int, ChangedRow]] = Grouped(
 )
 """Row -> its changed row, for the rows whose claim held."""
 
+CHANGE_FAIR: Grouped[int, Change, dict[int, ChangedRow]] = Grouped(
+    name="change_fair_visibility",
+    query=Q.change_fair_visibility,
+    params=CHANGE.params,
+    share=_change_share,
+    limit=GROUP_ITEMS,
+    rows=CHANGE.rows,
+    then=_change_notice,
+    budgeted=True,
+)
+"""CHANGE on a fair queue: a release or shorter lease lowers its tenant's bound."""
+
 
 # -- FIFO queues ----------------------------------------------------------------
 

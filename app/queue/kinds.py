@@ -113,11 +113,17 @@ FAIR = replace(
     outgoing=fair_outgoing,
     claim=grouped.CLAIM_FAIR,
     delete=grouped.DELETE_FAIR,
+    change=grouped.CHANGE_FAIR,
+    give_back=Q.give_back_fair_claims,
+    forget_on_purge=(Q.reset_tenant_bounds,),
 )
 """A standard queue whose messages name tenants (`fair`, set by the first such
 message): its claims take quiet tenants' messages first, and its claims and
 acknowledgements keep the tenants' counts (docs/fair-queues.md). A message
-naming no tenant is stored with the tenant '', its own."""
+naming no tenant is stored with the tenant '', its own. Each tenant's row
+holds when it may next have a message claimable (its bound), which every
+statement that can make one claimable sooner lowers: its visibility changes
+and give-backs are its own, and a purge sets the bounds again."""
 
 FIFO = QueueKind(
     name="fifo",

@@ -239,8 +239,21 @@ WITH sent AS (
          WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, delay, not_before,
                               trace_header, tenant, ord)
     ORDER BY m.ord
-    RETURNING id, message_id, sent_at,
+    RETURNING id, message_id, sent_at, tenant, visible_at,
               extract(epoch FROM visible_at - statement_timestamp()) AS due_in
+),
+ready AS (
+    -- A fair queue's tenants may have a message claimable sooner: each
+    -- one's bound lowered to its earliest new message, its version moved on
+    -- (a claim that read the tenant before this commits raises no bound on
+    -- what it saw). Nothing on a queue whose messages name no tenant.
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT :queue_id, sent.tenant, min(sent.visible_at)
+    FROM sent
+    WHERE sent.tenant IS NOT NULL
+    GROUP BY sent.tenant
+    ORDER BY sent.tenant
+    {{lower_bound}}
 )
 SELECT sent.message_id, sent.sent_at, sent.due_in,
        pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
@@ -275,12 +288,40 @@ CAST(m.checkpoint AS text) AS checkpoint, m.tenant, m.dead_letter_source_id
 
 -- fragment: dead_letter
 -- What a claim writes to a message it moves to the dead-letter queue instead
--- (claim_messages, claim_fifo_messages): claimable there at once, its source
--- remembered for a redrive back.
+-- (claim_messages, claim_fair_messages, claim_fifo_messages): claimable there
+-- at once, its source remembered for a redrive back. Into a fair queue, a
+-- message naming no tenant is its own tenant '', as a send there makes it, so
+-- that the fair claim reaches it at once (the statement then lowers the
+-- tenants' bounds there: dead_letter_tenants).
 SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
     dead_letter_source_id = m.queue_id,
     visible_at            = statement_timestamp(),
-    leased                = false
+    leased                = false,
+    tenant                = CASE WHEN (SELECT d.fair FROM leaseq.queues AS d
+                                       WHERE d.id = CAST(:dead_letter_queue_id AS bigint))
+                                 THEN coalesce(m.tenant, '') ELSE m.tenant END
+
+-- fragment: dead_letter_tenants
+-- The tenants of the messages a claim moved (`dead`) to a fair dead-letter
+-- queue: claimable there now (their bounds lowered, their versions moved on).
+INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+SELECT CAST(:dead_letter_queue_id AS bigint), d.tenant, statement_timestamp()
+FROM (SELECT DISTINCT dead.tenant FROM dead WHERE dead.tenant IS NOT NULL) AS d
+WHERE (SELECT q.fair FROM leaseq.queues AS q
+       WHERE q.id = CAST(:dead_letter_queue_id AS bigint))
+ORDER BY d.tenant
+ON CONFLICT (queue_id, tenant) DO UPDATE
+SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
+    version  = t.version + 1
+
+-- fragment: lower_bound
+-- How every write that can make a fair queue's message claimable sooner
+-- upserts its tenant's row (`t`, proposed with the message's deadline): the
+-- bound lowered, never raised, and the version moved on, which tells a claim
+-- that read the tenant before this write that what it saw is out of date.
+ON CONFLICT (queue_id, tenant) DO UPDATE
+SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
+    version  = t.version + 1
 
 -- name: claim_messages
 -- returns: ClaimRow
@@ -322,7 +363,10 @@ dead AS (
     {{dead_letter}}
     FROM candidates AS c
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
-    RETURNING m.id
+    RETURNING m.id, m.tenant
+),
+dead_letter_tenants AS (
+    {{dead_letter_tenants}}
 ),
 claimed AS (
     UPDATE leaseq.messages AS m
@@ -369,23 +413,31 @@ RETURNING
 
 -- name: claim_fair_messages
 -- returns: ClaimRow
--- claim_messages on a fair queue (migration 0015, docs/fair-queues.md): the
--- same candidates, acknowledgements and dead-letter rounds, chosen tenant by
--- tenant. `seen` walks the tenants that have messages, one index probe each
--- (a loose index scan of messages_tenant_claim); each gives its oldest
--- claimable messages, and they are taken quiet tenants first, oldest first
--- across them, then noisy tenants, the one with the fewest in flight first.
--- No tenant's backlog is walked past: a noisy tenant's thousands of messages
--- cost this statement a receive's count of index entries. The candidates are
--- locked in that order with SKIP LOCKED as claim_messages locks its own, from
--- a list a little longer than the claim so that rows another claim holds are
--- passed.
+-- claim_messages on a fair queue (docs/fair-queues.md): the same candidates,
+-- acknowledgements and dead-letter rounds, chosen tenant by tenant. It reads
+-- the tenants through their bounds (leaseq.tenants.ready_at, tenants_ready):
+-- the quiet tenants that may have a message claimable now, by their bound,
+-- as many as the claim could take from, and every noisy one that may (few:
+-- each holds a share of the queue); never the queue's every tenant, nor any
+-- backlog. Each gives its oldest claimable messages, and they are taken quiet
+-- tenants first, oldest first across them, then noisy tenants, the one with
+-- the fewest in flight first. The candidates are locked in that order with
+-- SKIP LOCKED as claim_messages locks its own, from a list a little longer
+-- than the claim so that rows another claim holds are passed.
 -- The same statement counts the claimed and acknowledged messages into their
 -- tenants' rows (in tenant order, as every writer of them does, so that two
 -- statements never wait on each other's rows) with the processing time of
 -- the acknowledged, and marks a tenant noisy as soon as its messages in
 -- flight pass the queue's thresholds; the fairness round clears it.
-WITH RECURSIVE acked AS (
+-- And it sets the bound of each tenant it read or wrote to what its snapshot
+-- shows: the tenant's earliest message it did not take, or the end of the
+-- lease it gave, whichever is sooner (NULL: nothing stored), so that a tenant
+-- whose bound was early (a lease extended, its last message acknowledged) is
+-- out of the walk until then. A later bound is set only while the tenant's
+-- version is the one the snapshot read: a write that made one of its
+-- messages claimable sooner since (a send committed after the snapshot, say)
+-- moved the version on, and the bound then only comes down.
+WITH acked AS (
     DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
@@ -393,35 +445,35 @@ WITH RECURSIVE acked AS (
               CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
                    AS double precision) AS held
 ),
-seen (tenant) AS (
-    (SELECT m.tenant
-     FROM leaseq.messages AS m
-     WHERE m.queue_id = :queue_id AND m.tenant IS NOT NULL
-     ORDER BY m.tenant
-     LIMIT 1)
+walked AS MATERIALIZED (
+    -- The claim's count of quiet tenants and ten more: each has a message
+    -- claimable unless its bound is early, and a claim racing this one may
+    -- hold the first ones' rows.
+    (SELECT t.tenant, t.noisy, t.in_flight, t.ready_at
+     FROM leaseq.tenants AS t
+     WHERE t.queue_id = :queue_id AND NOT t.noisy AND t.ready_at <= statement_timestamp()
+     ORDER BY t.ready_at
+     LIMIT CAST(:max AS integer) + 10)
     UNION ALL
-    SELECT (SELECT m.tenant
-            FROM leaseq.messages AS m
-            WHERE m.queue_id = :queue_id AND m.tenant > s.tenant
-            ORDER BY m.tenant
-            LIMIT 1)
-    FROM seen AS s
-    WHERE s.tenant IS NOT NULL
+    SELECT t.tenant, t.noisy, t.in_flight, t.ready_at
+    FROM leaseq.tenants AS t
+    WHERE t.queue_id = :queue_id AND t.noisy AND t.ready_at <= statement_timestamp()
 ),
 heads AS (
-    SELECT coalesce(t.noisy, false) AS noisy, coalesce(t.in_flight, 0) AS in_flight,
-           h.id, h.visible_at
-    FROM seen AS s
-    LEFT JOIN leaseq.tenants AS t ON t.queue_id = :queue_id AND t.tenant = s.tenant
+    -- Each tenant's first messages, one more than a claim takes: those
+    -- claimable now are its candidates, and the first this statement leaves
+    -- is its next bound.
+    SELECT w.tenant, w.noisy, w.in_flight, h.id, h.visible_at
+    FROM walked AS w
     CROSS JOIN LATERAL (
         SELECT c.id, c.visible_at
         FROM leaseq.messages AS c
-        WHERE c.queue_id = :queue_id AND c.tenant = s.tenant
-          AND c.visible_at <= statement_timestamp()
+        WHERE c.queue_id = :queue_id AND c.tenant = w.tenant
+          AND c.sent_at > statement_timestamp()
+                          - CAST(:retention AS integer) * interval '1 second'
         ORDER BY c.visible_at
-        LIMIT :max
+        LIMIT CAST(:max AS integer) + 1
     ) AS h
-    WHERE s.tenant IS NOT NULL
 ),
 candidates AS (
     -- The ranked ids as an array, each then found by its primary key: a join
@@ -431,6 +483,7 @@ candidates AS (
     FROM unnest(ARRAY(
              SELECT h.id
              FROM heads AS h
+             WHERE h.visible_at <= statement_timestamp()
              ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END, h.visible_at, h.id
              LIMIT 2 * CAST(:max AS integer) + 10))
          WITH ORDINALITY AS r(id, place)
@@ -448,7 +501,10 @@ dead AS (
     {{dead_letter}}
     FROM candidates AS c
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
-    RETURNING m.id
+    RETURNING m.id, m.tenant
+),
+dead_letter_tenants AS (
+    {{dead_letter_tenants}}
 ),
 claimed AS (
     UPDATE leaseq.messages AS m
@@ -461,19 +517,60 @@ claimed AS (
         {{received_columns}},
         c.lapsed
 ),
-counts AS (
-    SELECT m.tenant, sum(m.change) AS change, coalesce(sum(m.held), 0) AS held
-    FROM (SELECT tenant, 1 AS change, NULL::double precision AS held FROM claimed
+taken AS MATERIALIZED (
+    SELECT id FROM claimed UNION ALL SELECT id FROM dead UNION ALL SELECT id FROM acked
+),
+touched AS (
+    -- Per tenant read or written: messages counted in (claimed) and out
+    -- (acknowledged), processing time, and for a tenant walked, the bound
+    -- read, its first message read that this statement did not take, and
+    -- how many it read.
+    SELECT m.tenant, sum(m.change) AS change, coalesce(sum(m.held), 0) AS held,
+           bool_or(m.change > 0) AS claimed, bool_or(m.walked) AS walked,
+           max(m.seen_at) AS seen_at, min(m.next_at) AS next_at, sum(m.read) AS read
+    FROM (SELECT tenant, 1 AS change, NULL::double precision AS held, false AS walked,
+                 NULL::timestamptz AS seen_at, NULL::timestamptz AS next_at, 0 AS read
+          FROM claimed
           UNION ALL
-          SELECT tenant, -1, held FROM acked) AS m
+          SELECT tenant, -1, held, false, NULL, NULL, 0 FROM acked
+          UNION ALL
+          SELECT w.tenant, 0, NULL, true, w.ready_at, NULL, 0 FROM walked AS w
+          UNION ALL
+          SELECT h.tenant, 0, NULL, true, NULL,
+                 CASE WHEN h.id NOT IN (SELECT id FROM taken) THEN h.visible_at END, 1
+          FROM heads AS h) AS m
     WHERE m.tenant IS NOT NULL
     GROUP BY m.tenant
 ),
+bounds AS (
+    -- A tenant walked whose messages were all read has its next bound; the
+    -- others (more messages than read, or acknowledged only) look up their
+    -- earliest message left: one index probe, past the rows taken.
+    SELECT n.tenant, n.change, n.held, n.seen_at,
+           least(
+               CASE WHEN n.walked AND (n.next_at IS NOT NULL OR n.read <= CAST(:max AS integer))
+                    THEN n.next_at
+                    ELSE (SELECT c.visible_at
+                          FROM leaseq.messages AS c
+                          WHERE c.queue_id = :queue_id AND c.tenant = n.tenant
+                            AND c.sent_at > statement_timestamp()
+                                            - CAST(:retention AS integer) * interval '1 second'
+                            AND c.id <> ALL (ARRAY(SELECT id FROM taken))
+                          ORDER BY c.visible_at
+                          LIMIT 1)
+               END,
+               CASE WHEN n.claimed
+                    THEN statement_timestamp()
+                         + CAST(:visibility_timeout AS integer) * interval '1 second'
+               END) AS ready_at
+    FROM touched AS n
+),
 counted AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy)
-    SELECT :queue_id, n.tenant, n.change, n.held
-    FROM counts AS n
-    ORDER BY n.tenant
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, ready_at)
+    SELECT :queue_id, b.tenant, b.change, b.held, b.ready_at
+    FROM bounds AS b
+    WHERE b.change <> 0 OR b.held > 0 OR b.ready_at IS DISTINCT FROM b.seen_at
+    ORDER BY b.tenant
     ON CONFLICT (queue_id, tenant) DO UPDATE
     SET in_flight = greatest(t.in_flight + EXCLUDED.in_flight, 0),
         busy      =
@@ -486,7 +583,9 @@ counted AS (
             AND t.in_flight + EXCLUDED.in_flight > CAST(:in_flight_share AS double precision)
                 * ((SELECT coalesce(sum(greatest(a.in_flight, 0)), 0)
                     FROM leaseq.tenants AS a WHERE a.queue_id = :queue_id)
-                   + (SELECT coalesce(sum(change), 0) FROM counts)))
+                   + (SELECT coalesce(sum(change), 0) FROM touched))),
+        ready_at  =
+            {{checked_bound}}
     RETURNING t.tenant
 )
 SELECT (SELECT count(*) FROM dead) AS dead,
@@ -501,12 +600,26 @@ LEFT JOIN claimed ON true;
 -- an hour ago's next to nothing (e-fold time one minute).
 t.busy * exp(-least(extract(epoch FROM statement_timestamp() - t.busy_at), 3600) / 60.0)
 
+-- fragment: checked_bound
+-- The bound a statement proposes for a tenant's row (`t`, EXCLUDED.ready_at,
+-- what its snapshot shows of the tenant's messages): set as it is while the
+-- row's version is the one the snapshot read, which no write that made one of
+-- the tenant's messages claimable sooner has moved on since; otherwise only
+-- ever lowered. (The subquery reads the row as the snapshot has it.)
+CASE WHEN t.version = (SELECT s.version FROM leaseq.tenants AS s
+                       WHERE s.queue_id = t.queue_id AND s.tenant = t.tenant)
+     THEN EXCLUDED.ready_at
+     ELSE least(t.ready_at, EXCLUDED.ready_at) END
+
 -- name: delete_fair_messages
 -- returns: DeletedRow
--- plan: cached (rows by primary key, an upsert by primary key)
+-- plan: cached (rows by primary key, index probes by tenant, an upsert by primary key)
 -- delete_messages on a fair queue: the acknowledged messages counted out of
 -- their tenants' messages in flight, and their processing time added, in
--- tenant order as every writer of those rows.
+-- tenant order as every writer of those rows. Each tenant's bound is set to
+-- its earliest message left, as claim_fair_messages sets it (a tenant whose
+-- last message this was leaves the claims' walk now, not when its lease
+-- would have ended), under the same version check.
 WITH deleted AS (
     DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
@@ -516,8 +629,14 @@ WITH deleted AS (
                   AS held
 ),
 counted AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy)
-    SELECT :queue_id, d.tenant, -count(*), coalesce(sum(d.held), 0)
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, ready_at)
+    SELECT :queue_id, d.tenant, -count(*), coalesce(sum(d.held), 0),
+           (SELECT c.visible_at
+            FROM leaseq.messages AS c
+            WHERE c.queue_id = :queue_id AND c.tenant = d.tenant
+              AND c.id <> ALL (ARRAY(SELECT id FROM deleted))
+            ORDER BY c.visible_at
+            LIMIT 1)
     FROM deleted AS d
     WHERE d.tenant IS NOT NULL
     GROUP BY d.tenant
@@ -527,10 +646,71 @@ counted AS (
         busy      =
             {{decayed_busy}}
             + EXCLUDED.busy,
-        busy_at   = statement_timestamp()
+        busy_at   = statement_timestamp(),
+        ready_at  =
+            {{checked_bound}}
     RETURNING t.tenant
 )
 SELECT id, held FROM deleted;
+
+-- name: change_fair_visibility
+-- returns: ChangedRow
+-- plan: cached (rows by primary key, an upsert by primary key)
+-- change_visibility on a fair queue: a change that makes a message visible
+-- sooner (a release, a shorter lease) lowers its tenant's bound to the new
+-- deadline. An extension (the common case) writes no tenant: the bound is
+-- then early, and the claim that reads the tenant at the old deadline sets it.
+WITH changed AS (
+    UPDATE leaseq.messages AS m
+    SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+        leased     = h.visibility_timeout > 0
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
+                CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
+         leaseq.messages AS before
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+      AND before.id = m.id
+    RETURNING m.id, m.tenant, m.visible_at AS lease_expires_at, h.visibility_timeout,
+              m.visible_at < before.visible_at AS sooner
+),
+ready AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT :queue_id, c.tenant, min(c.lease_expires_at)
+    FROM changed AS c
+    WHERE c.sooner AND c.tenant IS NOT NULL
+    GROUP BY c.tenant
+    ORDER BY c.tenant
+    {{lower_bound}}
+)
+SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
+
+-- name: give_back_fair_claims
+-- returns: GivenBackRow
+-- plan: cached (rows by primary key, an upsert by primary key)
+-- give_back_claims on a fair queue: the tenants of the messages given back
+-- are claimable again at once (their bounds lowered, their versions moved on).
+WITH given AS (
+    UPDATE leaseq.messages AS m
+    SET visible_at        = statement_timestamp(),
+        leased            = false,
+        receive_count     = m.receive_count - 1,
+        first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
+                                 ELSE m.first_received_at END
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.tenant
+),
+ready AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT DISTINCT :queue_id, g.tenant, statement_timestamp()
+    FROM given AS g
+    WHERE g.tenant IS NOT NULL
+    ORDER BY g.tenant
+    {{lower_bound}}
+)
+SELECT count(*) AS given,
+       pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint), count(*), NULL)) AS notified
+FROM given
+HAVING count(*) > 0;
 
 -- name: make_fair
 -- returns: MadeFairRow
@@ -546,10 +726,15 @@ SELECT leaseq.make_fair(CAST(:queue_id AS bigint)) AS made;
 -- acknowledgements), its processing time decayed, and who is noisy now: a
 -- tenant with messages waiting that has sent in the last five minutes, above
 -- the queue's in-flight thresholds or its processing-time share. A tenant
--- with nothing stored and no processing time left is forgotten.
+-- with nothing stored and no processing time left is forgotten, unless a
+-- write moved its version on since this statement's snapshot. Each tenant
+-- gets its bound as a claim sets it (the same version check): one early
+-- since (a lease extended, an acknowledgement through the SQL API) leaves the
+-- claims' walk, and one late by a fault comes down. Only rows whose state
+-- changed are written.
 WITH fair AS (
     SELECT id, fair_in_flight_share AS share, fair_in_flight_min AS least_in_flight,
-           fair_processing_share AS busy_share
+           fair_processing_share AS busy_share, message_retention AS retention
     FROM leaseq.queues
     WHERE fair
 ),
@@ -563,7 +748,8 @@ flight AS (
     GROUP BY m.queue_id, m.tenant
 ),
 known AS (
-    SELECT t.queue_id, t.tenant, t.busy, t.busy_at
+    SELECT t.queue_id, t.tenant, t.busy, t.busy_at, t.in_flight, t.noisy, t.sending,
+           t.ready_at, t.version
     FROM fair AS q
     JOIN leaseq.tenants AS t ON t.queue_id = q.id
 ),
@@ -573,7 +759,9 @@ now_counted AS (
            coalesce(f.n, 0) AS in_flight,
            coalesce(
                {{decayed_busy}},
-               0) AS busy
+               0) AS busy,
+           t.tenant IS NOT NULL AS known, t.in_flight AS was_in_flight, t.noisy AS was_noisy,
+           t.sending AS was_sending, t.ready_at AS was_ready_at, t.version AS seen_version
     FROM known AS t
     FULL JOIN flight AS f ON f.queue_id = t.queue_id AND f.tenant = t.tenant
 ),
@@ -582,73 +770,163 @@ totals AS (
     FROM now_counted
     GROUP BY queue_id
 ),
-judged AS (
-    SELECT c.queue_id, c.tenant, c.in_flight, c.busy,
-           c.in_flight > 0 OR EXISTS (
-               SELECT 1 FROM leaseq.messages AS m
-               WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant) AS stored,
-           EXISTS (SELECT 1 FROM leaseq.messages AS m
-                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
-                     AND m.visible_at <= statement_timestamp()) AS waiting,
-           -- Sent in the last five minutes: such a message is still stored
-           -- (a noisy tenant's newest wait behind its oldest), and its
-           -- deadline is no earlier than its sending.
-           EXISTS (SELECT 1 FROM leaseq.messages AS m
-                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
-                     AND m.visible_at > statement_timestamp() - interval '5 minutes'
-                     AND m.sent_at > statement_timestamp() - interval '5 minutes') AS sending,
+looked_at AS (
+    SELECT c.*, q.retention,
            (c.in_flight >= q.least_in_flight AND c.in_flight > q.share * s.in_flight)
            OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS above
     FROM now_counted AS c
     JOIN totals AS s USING (queue_id)
     JOIN fair AS q ON q.id = c.queue_id
 ),
-kept AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, busy_at, noisy, sending)
-    SELECT j.queue_id, j.tenant, j.in_flight, j.busy, statement_timestamp(),
-           j.tenant <> '' AND j.waiting AND j.sending AND j.above, j.sending
+judged AS (
+    SELECT c.*, h.ready_at,
+           c.in_flight > 0 OR h.ready_at IS NOT NULL AS stored,
+           coalesce(h.ready_at <= statement_timestamp(), false) AS waiting,
+           -- Sent in the last five minutes: such a message is still stored
+           -- (a noisy tenant's newest wait behind its oldest), and its
+           -- deadline is no earlier than its sending.
+           EXISTS (SELECT 1 FROM leaseq.messages AS m
+                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
+                     AND m.visible_at > statement_timestamp() - interval '5 minutes'
+                     AND m.sent_at > statement_timestamp() - interval '5 minutes') AS sending
+    FROM looked_at AS c
+    LEFT JOIN LATERAL (
+        -- The tenant's earliest message within retention (one index probe).
+        SELECT m.visible_at AS ready_at
+        FROM leaseq.messages AS m
+        WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
+          AND m.sent_at > statement_timestamp() - c.retention * interval '1 second'
+        ORDER BY m.visible_at
+        LIMIT 1
+    ) AS h ON true
+),
+verdicts AS (
+    SELECT j.queue_id, j.tenant, j.in_flight, j.busy, j.sending, j.ready_at, j.known,
+           j.was_in_flight, j.was_noisy, j.was_sending, j.was_ready_at, j.seen_version,
+           j.tenant <> '' AND j.waiting AND j.sending AND j.above AS noisy,
+           j.stored OR j.busy >= 0.001 AS kept
     FROM judged AS j
-    WHERE j.stored OR j.busy >= 0.001
-    ORDER BY j.queue_id, j.tenant
+),
+kept AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, busy_at, noisy, sending,
+                                     ready_at)
+    SELECT v.queue_id, v.tenant, v.in_flight, v.busy, statement_timestamp(), v.noisy,
+           v.sending, v.ready_at
+    FROM verdicts AS v
+    WHERE v.kept
+      AND (NOT v.known
+           OR (v.in_flight, v.noisy, v.sending, v.ready_at)
+              IS DISTINCT FROM (v.was_in_flight, v.was_noisy, v.was_sending, v.was_ready_at))
+    ORDER BY v.queue_id, v.tenant
     ON CONFLICT (queue_id, tenant) DO UPDATE
     SET in_flight = EXCLUDED.in_flight,
         busy      = EXCLUDED.busy,
         busy_at   = EXCLUDED.busy_at,
         noisy     = EXCLUDED.noisy,
-        sending   = EXCLUDED.sending
-    RETURNING t.noisy
+        sending   = EXCLUDED.sending,
+        ready_at  =
+            {{checked_bound}}
+    RETURNING t.tenant
 ),
 forgotten AS (
     -- Rows a claim or acknowledgement holds now are left for the next round:
-    -- this statement waits only in tenant order, as the others do.
+    -- this statement waits only in tenant order, as the others do. A row
+    -- whose version moved on since the snapshot (a send, say) stays.
     DELETE FROM leaseq.tenants AS t
     WHERE (t.queue_id, t.tenant) IN (
         SELECT f.queue_id, f.tenant
         FROM leaseq.tenants AS f
-        JOIN judged AS j ON j.queue_id = f.queue_id AND j.tenant = f.tenant
-        WHERE NOT j.stored AND j.busy < 0.001
+        JOIN verdicts AS v ON v.queue_id = f.queue_id AND v.tenant = f.tenant
+        WHERE NOT v.kept AND f.version = v.seen_version
         FOR UPDATE OF f SKIP LOCKED)
     RETURNING t.tenant
 )
 SELECT (SELECT count(*) FROM fair) AS queues,
-       (SELECT count(*) FROM kept) AS tenants,
-       (SELECT count(*) FROM kept WHERE noisy) AS noisy,
+       (SELECT count(*) FROM now_counted) - (SELECT count(*) FROM forgotten) AS tenants,
+       (SELECT count(*) FROM verdicts WHERE noisy) AS noisy,
        (SELECT count(*) FROM forgotten) AS forgotten;
+
+-- name: reset_tenant_bounds
+-- After a purge of a fair queue, in its transaction: each tenant's bound set
+-- to its earliest message left (none, but for a send since), so that the
+-- purged tenants do not each cost a claim a look. A row a write moved on
+-- since this statement's snapshot is left as that write made it.
+UPDATE leaseq.tenants AS t
+SET ready_at = (SELECT m.visible_at
+                FROM leaseq.messages AS m
+                WHERE m.queue_id = t.queue_id AND m.tenant = t.tenant
+                ORDER BY m.visible_at
+                LIMIT 1)
+WHERE t.queue_id = :queue_id AND t.ready_at IS NOT NULL
+  AND t.version = (SELECT s.version FROM leaseq.tenants AS s
+                   WHERE s.queue_id = t.queue_id AND s.tenant = t.tenant);
 
 -- name: adopt_strays
 -- returns: SweptRow
 -- Messages of a fair queue that name no tenant, sent by a process that had
--- not yet heard the queue became fair (or redriven from a dead-letter queue
--- since), given the tenant '': the fair claim reaches only messages with a
--- tenant. Every message of each fair queue is read, so this runs seldom.
+-- not yet heard the queue became fair, given the tenant '' (and its bound
+-- lowered to them): the fair claim reaches only messages with a tenant.
+-- Every message of each fair queue is read, so this runs seldom.
 WITH adopted AS (
     UPDATE leaseq.messages AS m
     SET tenant = ''
     WHERE m.queue_id = ANY (ARRAY(SELECT q.id FROM leaseq.queues AS q WHERE q.fair))
       AND m.tenant IS NULL
-    RETURNING m.id
+    RETURNING m.id, m.queue_id, m.visible_at
+),
+ready AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT a.queue_id, '', min(a.visible_at)
+    FROM adopted AS a
+    GROUP BY a.queue_id
+    ORDER BY a.queue_id
+    {{lower_bound}}
 )
 SELECT count(*) AS swept FROM adopted;
+
+-- name: restore_tenant_rows
+-- returns: SweptRow
+-- Every tenant with a message on a fair queue has its row, whose bound is no
+-- later than its earliest message: each writer sees to it. This puts it right
+-- where a writer did not (a process of a version from before the bounds,
+-- during a rolling upgrade): the tenants found through messages_tenant_claim
+-- (a loose index scan, one probe per tenant), and each row missing or late
+-- made or lowered, its version moved on. Seldom, as adopt_strays.
+WITH RECURSIVE seen (queue_id, tenant) AS (
+    SELECT q.id,
+           (SELECT m.tenant FROM leaseq.messages AS m
+            WHERE m.queue_id = q.id AND m.tenant IS NOT NULL
+            ORDER BY m.tenant LIMIT 1)
+    FROM leaseq.queues AS q
+    WHERE q.fair
+    UNION ALL
+    SELECT s.queue_id,
+           (SELECT m.tenant FROM leaseq.messages AS m
+            WHERE m.queue_id = s.queue_id AND m.tenant > s.tenant
+            ORDER BY m.tenant LIMIT 1)
+    FROM seen AS s
+    WHERE s.tenant IS NOT NULL
+),
+heads AS (
+    SELECT s.queue_id, s.tenant,
+           (SELECT m.visible_at FROM leaseq.messages AS m
+            WHERE m.queue_id = s.queue_id AND m.tenant = s.tenant
+            ORDER BY m.visible_at LIMIT 1) AS ready_at
+    FROM seen AS s
+    WHERE s.tenant IS NOT NULL
+),
+restored AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT h.queue_id, h.tenant, h.ready_at
+    FROM heads AS h
+    WHERE NOT EXISTS (SELECT 1 FROM leaseq.tenants AS k
+                      WHERE k.queue_id = h.queue_id AND k.tenant = h.tenant
+                        AND k.ready_at <= h.ready_at)
+    ORDER BY h.queue_id, h.tenant
+    {{lower_bound}}
+    RETURNING t.tenant
+)
+SELECT count(*) AS swept FROM restored;
 
 -- name: fair_queue_stats
 -- returns: FairStatsRow
@@ -764,18 +1042,30 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 -- The delay is the one asked for, else the queue's retry ladder for the
 -- message's receive count (initial * multiplier^(count-1), at most max, less
 -- up to `jitter` of it at random), else 0: visible at once.
-UPDATE leaseq.messages AS m
-SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
-        CAST(:delay AS double precision),
-        least(q.retry_max,
-              q.retry_initial * power(q.retry_multiplier, least(greatest(m.receive_count - 1, 0), 64)))
-            * (1 - q.retry_jitter * random()),
-        0)),
-    leased = false
-FROM leaseq.queues AS q
-WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
-RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
-          m.visible_at;
+-- On a fair queue its tenant's bound comes down to the message's new deadline.
+WITH released AS (
+    UPDATE leaseq.messages AS m
+    SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
+            CAST(:delay AS double precision),
+            least(q.retry_max,
+                  q.retry_initial
+                  * power(q.retry_multiplier, least(greatest(m.receive_count - 1, 0), 64)))
+                * (1 - q.retry_jitter * random()),
+            0)),
+        leased = false
+    FROM leaseq.queues AS q
+    WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
+    RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
+              m.visible_at, m.tenant, q.fair
+),
+ready AS (
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT :queue_id, r.tenant, r.visible_at
+    FROM released AS r
+    WHERE r.fair AND r.tenant IS NOT NULL
+    {{lower_bound}}
+)
+SELECT delay, visible_at FROM released;
 
 -- name: delete_messages
 -- returns: DeletedRow
@@ -914,7 +1204,10 @@ WITH task AS (
 ),
 batch AS (
     SELECT m.id, m.group_id,
-           coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination
+           coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination,
+           (SELECT d.fair FROM leaseq.queues AS d
+            WHERE d.id = coalesce(task.destination_queue_id, m.dead_letter_source_id))
+               AS fair
     FROM leaseq.messages AS m, task
     WHERE m.queue_id = task.source_queue_id
       AND m.visible_at <= statement_timestamp()
@@ -946,12 +1239,23 @@ moved AS (
         first_received_at = NULL,
         visible_at = statement_timestamp(),
         sequence_number = CASE WHEN g.group_id IS NULL THEN NULL
-                               ELSE nextval('leaseq.message_sequence') END
+                               ELSE nextval('leaseq.message_sequence') END,
+        tenant = CASE WHEN batch.fair THEN coalesce(m.tenant, '') ELSE m.tenant END
     FROM batch
     LEFT JOIN destination_groups AS g
            ON g.queue_id = batch.destination AND g.group_id = batch.group_id
     WHERE m.id = batch.id
-    RETURNING m.queue_id
+    RETURNING m.queue_id, m.tenant, batch.fair
+),
+destination_tenants AS (
+    -- Into a fair queue, each message is its tenant's there (one that named
+    -- none is its own, ''), claimable now: the tenants' bounds come down.
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT DISTINCT moved.queue_id, moved.tenant, statement_timestamp()
+    FROM moved
+    WHERE moved.fair
+    ORDER BY moved.queue_id, moved.tenant
+    {{lower_bound}}
 ),
 counted AS (
     UPDATE leaseq.redrive_tasks AS t

@@ -260,3 +260,38 @@ async def test_a_fresh_install_sits_beside_an_applications_tables_of_the_same_na
         assert SCHEMA <= await _tables(empty_database)
     finally:
         await conn.close()
+
+
+async def test_the_tenants_of_fair_queues_get_their_bounds_from_their_messages(
+    empty_database: str,
+) -> None:
+    """0020: each tenant with a message on a fair queue gets a row whose bound is
+    its earliest message's deadline (a row the claims had made keeps its counts);
+    a standard queue's messages that name a tenant (a dead-letter queue's) get none."""
+    await asyncio.to_thread(command.upgrade, alembic_config(empty_database), "0019")
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        await conn.execute(
+            "INSERT INTO leaseq.queues (name, fair) VALUES ('fair', true), ('dlq', false);"
+            "INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
+            "SELECT q.id, m.body, m.tenant, now() + m.due * interval '1 second' "
+            "FROM leaseq.queues AS q, (VALUES ('a1', 'a', 60), ('a2', 'a', -5), ('b1', 'b', 0), "
+            "('e1', '', 30)) AS m(body, tenant, due) WHERE q.name = 'fair';"
+            "INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
+            "SELECT id, 'dead', 'a', now() FROM leaseq.queues WHERE name = 'dlq';"
+            "INSERT INTO leaseq.tenants (queue_id, tenant, in_flight) "
+            "SELECT id, 'a', 1 FROM leaseq.queues WHERE name = 'fair'")
+    finally:
+        await conn.close()
+    await asyncio.to_thread(command.upgrade, alembic_config(empty_database), "0020")
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        rows = await conn.fetch(
+            "SELECT q.name, t.tenant, t.in_flight, t.ready_at = (SELECT min(m.visible_at) "
+            "FROM leaseq.messages AS m WHERE m.queue_id = t.queue_id AND m.tenant = t.tenant) "
+            "AS exact FROM leaseq.tenants AS t JOIN leaseq.queues AS q ON q.id = t.queue_id "
+            "ORDER BY q.name, t.tenant")
+        assert [tuple(r) for r in rows] == [
+            ("fair", "", 0, True), ("fair", "a", 1, True), ("fair", "b", 0, True)]
+    finally:
+        await conn.close()
