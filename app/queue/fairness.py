@@ -7,7 +7,9 @@ What they cannot see -- leases that lapsed, messages released or
 acknowledged through the SQL API, a tenant whose backlog is gone or that
 stopped sending five minutes ago, shares that fell -- this round settles,
 once a second, for every fair queue at once: the messages in flight counted
-again, each tenant judged afresh, and each one's bound (when it may next have a message
+again, the tenants it may change (those with messages in flight, the noisy,
+those above the processing-time share, those with nothing stored) judged
+afresh, and each one's bound (when it may next have a message
 claimable) set from its messages as a claim sets it. Every thirty rounds it
 also adopts the messages stored without a tenant, and puts right the tenants
 whose row or bound a writer did not keep. It runs in the process holding the
@@ -39,7 +41,9 @@ failed to keep (one probe per tenant)."""
 
 async def judge_tenants(db: Connector) -> FairnessRoundRow:
     """One round: every fair queue's tenants counted and judged."""
-    (row,) = await db.fetch(Q.fairness_round)
+    async with db.transaction() as session:
+        await session.execute(Q.without_jit)
+        (row,) = await session.fetch(Q.fairness_round)
     return row
 
 

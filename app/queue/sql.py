@@ -70,6 +70,7 @@ class Statements(Queries):
     change_fair_visibility: Query[ChangedRow]
     give_back_fair_claims: Query[GivenBackRow]
     make_fair: Query[MadeFairRow]
+    without_jit: Query[None]
     fairness_round: Query[FairnessRoundRow]
     reset_tenant_bounds: Query[None]
     adopt_strays: Query[SweptRow]
