@@ -4,6 +4,8 @@ import asyncio
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from alembic import context
 from app.config import Settings
@@ -11,6 +13,7 @@ from app.db.engine import engine_for
 from app.db.migrate import MIGRATION_LOCK
 
 SCHEMA = "leaseq"
+LOCK_NOT_AVAILABLE = "55P03"
 
 # A database migrated before 0011 keeps its version table in `public`, beside
 # leaseq's tables; from 0011 on it lives in the `leaseq` schema with them. It
@@ -53,6 +56,24 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+async def _take_lock(connection: AsyncConnection, lock: dict[str, int]) -> None:
+    """The migration lock, waited for half a second at a time. A migration that
+    builds an index CONCURRENTLY (0021) waits for every transaction running when
+    it starts to end, and one waiting for this lock all along would wait for it
+    in turn: a deadlock. Between two tries, nothing of this session runs."""
+    while True:
+        try:
+            await connection.execute(text("SET LOCAL lock_timeout = '500ms'"))
+            await connection.execute(text("SELECT pg_advisory_lock(:key)"), lock)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            await connection.rollback()
+            continue
+        await connection.commit()
+        return
+
+
 async def _run_async(settings: Settings, url: str) -> None:
     engine = engine_for(settings, pool_size=1, url=url)
     try:
@@ -60,8 +81,7 @@ async def _run_async(settings: Settings, url: str) -> None:
             # Session-level, and committed before the migrations start: each
             # still runs in its own transaction, all of them under the lock.
             lock = {"key": MIGRATION_LOCK}
-            await connection.execute(text("SELECT pg_advisory_lock(:key)"), lock)
-            await connection.commit()
+            await _take_lock(connection, lock)
             try:
                 # Committed, so the search_path is the session's for every migration.
                 await connection.run_sync(_prepare)

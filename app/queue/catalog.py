@@ -22,6 +22,7 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits
+from app.queue.floors import Floors
 from app.queue.models import (
     Fairness,
     Queue,
@@ -55,7 +56,7 @@ def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
         raise InvalidParameter(f"{name} must be between {low} and {high}, got {value}")
 
 
-def _queue_from_row(row: QueueRow) -> Queue:
+def _queue_from_row(row: QueueRow, floors: Floors | None = None) -> Queue:
     backoff = None
     initial, multiplier = row["retry_initial"], row["retry_multiplier"]
     maximum, jitter = row["retry_max"], row["retry_jitter"]
@@ -97,6 +98,7 @@ def _queue_from_row(row: QueueRow) -> Queue:
         updated_at=row["updated_at"],
         dead_letter_queue_id=row["dead_letter_queue_id"],
         deduplicates_by=row["deduplicates_by"],
+        **({} if floors is None else {"floors": floors}),
     )
 
 
@@ -168,6 +170,9 @@ class QueueCatalog:
         # (NOTIFY); while that channel is down, entries live only this long.
         self._queue_cache_seconds = queue_cache_seconds
         self._queue_cache: dict[str, tuple[float, Queue]] = {}
+        # Kept across the queue's attribute changes: a floor holds whatever the
+        # attributes say (a deleted queue's few bytes stay until the process ends).
+        self._floors: dict[int, Floors] = {}
         hub.on_queue_changed = self._forget_queue
 
     def _forget_queue(self, queue_id: int | None) -> None:
@@ -192,7 +197,10 @@ class QueueCatalog:
         if row is None:
             self._queue_cache.pop(name, None)
             raise _not_found(name)
-        queue = _queue_from_row(row)
+        floors = self._floors.get(row["id"])
+        if floors is None:
+            floors = self._floors[row["id"]] = Floors()
+        queue = _queue_from_row(row, floors)
         lifetime = QUEUE_CACHE_LISTENING if self._hub.listening else self._queue_cache_seconds
         self._queue_cache[name] = (time.monotonic() + lifetime, queue)
         return queue

@@ -46,6 +46,9 @@ class Grouped(Generic[K, T, R]):
     then: Callable[[K, list[Any]], Statement | None] | None = None
     """A statement to run after it on the same connection (a NOTIFY): with each
     statement its own transaction, it is delivered after the write committed."""
+    seen: Callable[[K, list[Any]], None] | None = None
+    """What the engine keeps of the rows beyond the requests' shares (a standard
+    queue's claim: where the next one starts reading, app/queue/floors.py)."""
     undo: Callable[[K, R], Statement | None] | None = None
     """The statement that gives back a share whose requester stopped waiting
     (None: nothing to give back)."""
@@ -134,6 +137,8 @@ async def run_in(
     """The statement (and its follow-up) for `groups` in `session`: what a group runs."""
     flat = [item for group in groups for item in group]
     rows = await session.fetch(grouped.query_for(key, flat), grouped.params(key, flat))
+    if grouped.seen is not None:
+        grouped.seen(key, rows)
     after = None if grouped.then is None else grouped.then(key, rows)
     if after is not None:
         await session.fetch(*after)

@@ -96,6 +96,7 @@ def claim_params(queue: Queue, visibility_timeout: int, takes: list[Take]) -> di
         "max_receive_count": queue.attributes.max_receive_count,
         "ack_ids": [ack.message_row for ack in acks],
         "ack_tokens": [ack.claim_token for ack in acks],
+        **queue.floors.params(),
     }
 
 
@@ -232,6 +233,7 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     then=lambda key, rows: dead_letter_notice(key[0], _dead(rows)),
     undo=lambda key, share: give_back(key[0], claims_of(key[0].id, share.rows)),
     variant=_claim_query,
+    seen=lambda key, rows: key[0].floors.learn(rows[0]) if rows else None,
 )
 
 

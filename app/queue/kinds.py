@@ -100,6 +100,7 @@ STANDARD = QueueKind(
     forget_on_purge=(),
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
+        **queue.floors.params(),
     }),
     # A fair queue's message that named no tenant has the tenant '': none.
     received_fields=lambda row: {"group_id": row["tenant"]} if row["tenant"] else {},

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from app.queue.floors import Floors
     from app.queue.kinds import QueueKind
     from app.queue.receipts import Receipt
 
@@ -68,6 +69,12 @@ class QueueAttributes:
     redrive_sources: tuple[str, ...] | None = None
 
 
+def _floors() -> Floors:
+    from app.queue.floors import Floors  # floors reads the rows, which name no model
+
+    return Floors()
+
+
 @dataclass(frozen=True)
 class Queue:
     id: int
@@ -79,6 +86,10 @@ class Queue:
     deduplicates_by: str = "queue"
     """The deduplication scope a FIFO queue was created with, which it keeps
     deduplicating by whatever its attribute says later (SQS's behaviour)."""
+    floors: Floors = field(default_factory=lambda: _floors(), repr=False, compare=False)
+    """Where this process's claims of a standard queue start reading (app/queue/
+    floors.py): the catalog hands every Queue of one id the same; a Queue made
+    elsewhere starts from the beginning, which is always safe."""
     kind: QueueKind = field(init=False, repr=False, compare=False)
     """Standard or FIFO: its statements and rules (app/queue/kinds.py), chosen
     here, once, from the attributes."""

@@ -218,21 +218,23 @@ WHERE queue_id = :queue_id
 -- Inserts a batch in input order. The notification (app/queue/waiting.py:
 -- queue:ready-now:next-due-in) wakes waiting receivers once the transaction
 -- commits; every row carries the same payload, which PostgreSQL sends once.
--- A `not_before` schedule becomes an interval here, measured on the database's
--- clock at this statement (between now and the end of retention); the
--- deadline is still statement_timestamp() plus an interval.
-WITH sent AS (
+-- A message is sent at the moment of the write (the fragment written), its
+-- deadline that moment plus its delay; a `not_before` schedule is kept
+-- between that moment and the end of retention.
+WITH
+{{written}},
+sent AS (
     INSERT INTO leaseq.messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
-                          tenant, visible_at)
+                          tenant, sent_at, visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
-           m.sender_id, m.trace_header, m.tenant,
-           statement_timestamp() + CASE
-               WHEN m.not_before IS NULL THEN m.delay * interval '1 second'
-               ELSE greatest(interval '0',
-                             least(m.not_before - statement_timestamp(),
-                                   CAST(:retention AS integer) * interval '1 second'))
+           m.sender_id, m.trace_header, m.tenant, written.at,
+           CASE
+               WHEN m.not_before IS NULL THEN written.at + m.delay * interval '1 second'
+               -- No later than the end of its retention.
+               ELSE greatest(written.at, least(m.not_before,
+                                         written.at + CAST(:retention AS integer) * interval '1 second'))
            END
-    FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
+    FROM written, unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
                 CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
                 CAST(:delays AS integer[]), CAST(:not_befores AS timestamptz[]),
                 CAST(:trace_headers AS text[]), CAST(:tenants AS text[]))
@@ -240,7 +242,7 @@ WITH sent AS (
                               trace_header, tenant, ord)
     ORDER BY m.ord
     RETURNING id, message_id, sent_at, tenant, visible_at,
-              extract(epoch FROM visible_at - statement_timestamp()) AS due_in
+              extract(epoch FROM visible_at - (SELECT written.at FROM written)) AS due_in
 ),
 ready AS (
     -- A fair queue's tenants may have a message claimable sooner: each
@@ -263,19 +265,100 @@ SELECT sent.message_id, sent.sent_at, sent.due_in,
 FROM sent
 ORDER BY sent.id;
 
+-- fragment: written
+-- The moment a write happens, on the database's clock, read only once the
+-- writing transaction holds its transaction ID (the CASE asks for the ID
+-- first): every deadline that a standard queue's claim can reach from below
+-- (a send, a release, a give-back, a move to a dead-letter queue, a redrive,
+-- a lease) is measured from it. A transaction whose ID was handed out after a
+-- snapshot was taken therefore writes no deadline earlier than that snapshot,
+-- which is what lets a claim's floor pass everything older
+-- (app/queue/floors.py). A CTE, so that no UPDATE calls a volatile function
+-- itself (Citus, docs/scaling.md).
+written AS MATERIALIZED (
+    SELECT CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END AS at
+)
+
 -- fragment: claim
 -- What a claim writes to each message it takes (claim_messages,
--- claim_ready_messages, claim_fifo_messages): a lease from now, a fresh claim
--- token and fencing token, one more receive; the first receive and the claim
--- timed for the metrics and the lease advice.
-SET visible_at        = statement_timestamp()
-                        + CAST(:visibility_timeout AS integer) * interval '1 second',
+-- claim_ready_messages, claim_fair_messages, claim_fifo_messages): a lease
+-- from the moment of the write (the fragment written, in the statement's
+-- FROM), a fresh claim token and fencing token, one more receive; the first
+-- receive and the claim timed for the metrics and the lease advice.
+SET visible_at        = written.at + CAST(:visibility_timeout AS integer) * interval '1 second',
     claim_token       = gen_random_uuid(),
     fencing_token     = nextval('leaseq.fencing_tokens'),
     receive_count     = m.receive_count + 1,
     leased            = true,
-    first_received_at = coalesce(m.first_received_at, statement_timestamp()),
-    claimed_at        = statement_timestamp()
+    first_received_at = coalesce(m.first_received_at, written.at),
+    claimed_at        = written.at
+
+-- fragment: floored_candidates
+-- A standard queue's claimable messages, from its two ranges of the index
+-- messages_by_state: waiting (never received, released, delay over) from
+-- :ready_floor, and leases run out from :lease_floor (NULL: from the start).
+-- Below a floor lie only index entries of row versions no claim can take, which
+-- a transaction holding back the cleanup horizon keeps from VACUUM: walking
+-- them is what made a claim's cost grow with the queue's history. Each range
+-- is taken oldest first, locked with SKIP LOCKED, and the oldest of both
+-- claimed (a range's rows beyond them stay locked only until the commit).
+waiting AS (
+    SELECT c.id, c.visible_at, c.receive_count, false AS lapsed
+    FROM leaseq.messages AS c
+    WHERE c.queue_id = :queue_id AND NOT c.leased
+      AND c.visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+      AND c.visible_at <= statement_timestamp()
+      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+      AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
+    ORDER BY c.visible_at
+    LIMIT :max
+    FOR UPDATE SKIP LOCKED
+),
+run_out AS (
+    SELECT c.id, c.visible_at, c.receive_count, true AS lapsed
+    FROM leaseq.messages AS c
+    WHERE c.queue_id = :queue_id AND c.leased
+      AND c.visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
+      AND c.visible_at <= statement_timestamp()
+      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+      AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
+    ORDER BY c.visible_at
+    LIMIT :max
+    FOR UPDATE SKIP LOCKED
+),
+candidates AS (
+    SELECT both_ranges.id, both_ranges.receive_count, both_ranges.lapsed
+    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM run_out) AS both_ranges
+    ORDER BY both_ranges.visible_at
+    LIMIT :max
+),
+floors AS (
+    -- What the next claim may start from (app/queue/floors.py decides when it
+    -- may): the oldest claimable deadline of each range as this statement's
+    -- snapshot sees it, whoever holds the row, else now. With the floors it
+    -- read from, the snapshot's bounds and this statement's time.
+    SELECT least(
+               (SELECT min(f.visible_at) FROM leaseq.messages AS f
+                WHERE f.queue_id = :queue_id AND NOT f.leased
+                  AND f.visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+                  AND f.visible_at <= statement_timestamp()
+                  AND f.sent_at > statement_timestamp()
+                                  - CAST(:retention AS integer) * interval '1 second'),
+               statement_timestamp()) AS ready_floor,
+           least(
+               (SELECT min(f.visible_at) FROM leaseq.messages AS f
+                WHERE f.queue_id = :queue_id AND f.leased
+                  AND f.visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
+                  AND f.visible_at <= statement_timestamp()
+                  AND f.sent_at > statement_timestamp()
+                                  - CAST(:retention AS integer) * interval '1 second'),
+               statement_timestamp()) AS lease_floor,
+           CAST(:ready_floor AS timestamptz) AS ready_from,
+           CAST(:lease_floor AS timestamptz) AS lease_from,
+           CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmin,
+           CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmax,
+           statement_timestamp() AS looked_at
+)
 
 -- fragment: received_columns
 -- A claimed message as its receiver gets it (app/queue/rows.py MessageColumns):
@@ -285,21 +368,6 @@ CAST(m.attribute_types AS text) AS attribute_types, m.sender_id,
 m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
 m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
 CAST(m.checkpoint AS text) AS checkpoint, m.tenant, m.dead_letter_source_id
-
--- fragment: dead_letter
--- What a claim writes to a message it moves to the dead-letter queue instead
--- (claim_messages, claim_fair_messages, claim_fifo_messages): claimable there
--- at once, its source remembered for a redrive back. Into a fair queue, a
--- message naming no tenant is its own tenant '', as a send there makes it, so
--- that the fair claim reaches it at once (the statement then lowers the
--- tenants' bounds there: dead_letter_tenants).
-SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
-    dead_letter_source_id = m.queue_id,
-    visible_at            = statement_timestamp(),
-    leased                = false,
-    tenant                = CASE WHEN (SELECT d.fair FROM leaseq.queues AS d
-                                       WHERE d.id = CAST(:dead_letter_queue_id AS bigint))
-                                 THEN coalesce(m.tenant, '') ELSE m.tenant END
 
 -- fragment: dead_letter_tenants
 -- The tenants of the messages a claim moved (`dead`) to a fair dead-letter
@@ -323,8 +391,24 @@ ON CONFLICT (queue_id, tenant) DO UPDATE
 SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
     version  = t.version + 1
 
+-- fragment: dead_letter
+-- What a claim writes to a message it moves to the dead-letter queue instead
+-- (claim_messages, claim_fair_messages, claim_fifo_messages): claimable there
+-- from the moment of the write (the fragment written, in the statement's
+-- FROM), its source remembered for a redrive back. Into a fair queue, a
+-- message naming no tenant is its own tenant '', as a send there makes it, so
+-- that the fair claim reaches it at once (the statement then lowers the
+-- tenants' bounds there: dead_letter_tenants).
+SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
+    dead_letter_source_id = m.queue_id,
+    visible_at            = written.at,
+    leased                = false,
+    tenant                = CASE WHEN (SELECT d.fair FROM leaseq.queues AS d
+                                       WHERE d.id = CAST(:dead_letter_queue_id AS bigint))
+                                 THEN coalesce(m.tenant, '') ELSE m.tenant END
+
 -- name: claim_messages
--- returns: ClaimRow
+-- returns: StandardClaimRow
 -- The claim: one statement. A message is claimable when its deadline has
 -- passed (never received, released, delay over, or lease expired: no sweeper
 -- is needed) and it is within retention. The deadline moves in the same
@@ -339,29 +423,21 @@ SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
 -- claim as delete_messages is, and their rows are never candidates: one
 -- statement must not change a row twice. `acked` lists the rows deleted.
 -- Always one row at least: `dead` counts the moved ones; `id` is NULL when
--- nothing was claimed.
-WITH acked AS (
+-- nothing was claimed; every row carries the floors (floored_candidates).
+WITH
+{{written}},
+acked AS (
     DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
                          AS double precision) AS held
 ),
-candidates AS (
-    SELECT c.id, c.receive_count, c.leased AS lapsed
-    FROM leaseq.messages AS c
-    WHERE c.queue_id = :queue_id
-      AND c.visible_at <= statement_timestamp()
-      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
-      AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
-    ORDER BY c.visible_at
-    LIMIT :max
-    FOR UPDATE SKIP LOCKED
-),
+{{floored_candidates}},
 dead AS (
     UPDATE leaseq.messages AS m
     {{dead_letter}}
-    FROM candidates AS c
+    FROM candidates AS c, written
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id, m.tenant
 ),
@@ -371,7 +447,7 @@ dead_letter_tenants AS (
 claimed AS (
     UPDATE leaseq.messages AS m
     {{claim}}
-    FROM candidates AS c
+    FROM candidates AS c, written
     WHERE m.id = c.id
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR c.receive_count < CAST(:max_receive_count AS integer))
@@ -382,34 +458,33 @@ claimed AS (
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
        (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
-       claimed.*
-FROM (SELECT 1) AS always_one_row
+       claimed.*, floors.*
+FROM floors
 LEFT JOIN claimed ON true;
 
 -- name: claim_ready_messages
--- returns: ClaimColumns
+-- returns: ReadyClaimRow
 -- claim_messages for the common case, in a statement a third as costly to
 -- plan (planned on every execution, as the claim must be): no
 -- acknowledgements ride on it and the queue has no redrive policy, so
 -- nothing is deleted or moved to a dead-letter queue. A row per claimed
--- message, none when nothing was claimed.
-WITH candidates AS (
-    SELECT c.id, c.leased AS lapsed
-    FROM leaseq.messages AS c
-    WHERE c.queue_id = :queue_id
-      AND c.visible_at <= statement_timestamp()
-      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
-    ORDER BY c.visible_at
-    LIMIT :max
-    FOR UPDATE SKIP LOCKED
+-- message, or one with a NULL `id` when none was claimed; every row carries
+-- the floors (floored_candidates).
+WITH
+{{written}},
+{{floored_candidates}},
+claimed AS (
+    UPDATE leaseq.messages AS m
+    {{claim}}
+    FROM candidates AS c, written
+    WHERE m.id = c.id
+    RETURNING
+        {{received_columns}},
+        c.lapsed
 )
-UPDATE leaseq.messages AS m
-{{claim}}
-FROM candidates AS c
-WHERE m.id = c.id
-RETURNING
-    {{received_columns}},
-    c.lapsed;
+SELECT claimed.*, floors.*
+FROM floors
+LEFT JOIN claimed ON true;
 
 -- name: claim_fair_messages
 -- returns: ClaimRow
@@ -437,7 +512,9 @@ RETURNING
 -- version is the one the snapshot read: a write that made one of its
 -- messages claimable sooner since (a send committed after the snapshot, say)
 -- moved the version on, and the bound then only comes down.
-WITH acked AS (
+WITH
+{{written}},
+acked AS (
     DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
@@ -499,7 +576,7 @@ candidates AS (
 dead AS (
     UPDATE leaseq.messages AS m
     {{dead_letter}}
-    FROM candidates AS c
+    FROM candidates AS c, written
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id, m.tenant
 ),
@@ -509,7 +586,7 @@ dead_letter_tenants AS (
 claimed AS (
     UPDATE leaseq.messages AS m
     {{claim}}
-    FROM candidates AS c
+    FROM candidates AS c, written
     WHERE m.id = c.id
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR c.receive_count < CAST(:max_receive_count AS integer))
@@ -663,13 +740,15 @@ SELECT id, held FROM deleted;
 -- sooner (a release, a shorter lease) lowers its tenant's bound to the new
 -- deadline. An extension (the common case) writes no tenant: the bound is
 -- then early, and the claim that reads the tenant at the old deadline sets it.
-WITH changed AS (
+WITH
+{{written}},
+changed AS (
     UPDATE leaseq.messages AS m
-    SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+    SET visible_at = written.at + h.visibility_timeout * interval '1 second',
         leased     = h.visibility_timeout > 0
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
                 CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-         leaseq.messages AS before
+         leaseq.messages AS before, written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.tenant, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -691,14 +770,16 @@ SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 -- plan: cached (rows by primary key, an upsert by primary key)
 -- give_back_claims on a fair queue: the tenants of the messages given back
 -- are claimable again at once (their bounds lowered, their versions moved on).
-WITH given AS (
+WITH
+{{written}},
+given AS (
     UPDATE leaseq.messages AS m
-    SET visible_at        = statement_timestamp(),
+    SET visible_at        = written.at,
         leased            = false,
         receive_count     = m.receive_count - 1,
         first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
                                  ELSE m.first_received_at END
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.tenant
 ),
@@ -986,19 +1067,37 @@ LIMIT :limit;
 -- For waiting receivers, after a claim: whether more messages are claimable
 -- now, and the seconds (by the database clock) until the next one becomes
 -- claimable (a delay ending or a lease expiring; NULL when none is pending).
-SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
-        FROM leaseq.messages
-        WHERE queue_id = :queue_id
-          AND visible_at > statement_timestamp()
-          AND sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
-       ) AS due_in,
+-- Each of the two ranges of messages_by_state read apart (from the claims'
+-- floors where it looks back: floored_candidates).
+SELECT extract(epoch FROM least(
+           (SELECT min(visible_at)
+            FROM leaseq.messages
+            WHERE queue_id = :queue_id AND NOT leased
+              AND visible_at > statement_timestamp()
+              AND sent_at > statement_timestamp()
+                            - CAST(:retention AS integer) * interval '1 second'),
+           (SELECT min(visible_at)
+            FROM leaseq.messages
+            WHERE queue_id = :queue_id AND leased
+              AND visible_at > statement_timestamp()
+              AND sent_at > statement_timestamp()
+                            - CAST(:retention AS integer) * interval '1 second'))
+           - statement_timestamp()) AS due_in,
        EXISTS (SELECT 1
                FROM leaseq.messages
-               WHERE queue_id = :queue_id
+               WHERE queue_id = :queue_id AND NOT leased
+                 AND visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
                  AND visible_at <= statement_timestamp()
                  AND sent_at > statement_timestamp()
-                               - CAST(:retention AS integer) * interval '1 second'
-       ) AS more_now;
+                               - CAST(:retention AS integer) * interval '1 second')
+       OR EXISTS (SELECT 1
+                  FROM leaseq.messages
+                  WHERE queue_id = :queue_id AND leased
+                    AND visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
+                    AND visible_at <= statement_timestamp()
+                    AND sent_at > statement_timestamp()
+                                  - CAST(:retention AS integer) * interval '1 second')
+           AS more_now;
 
 -- name: change_visibility
 -- returns: ChangedRow
@@ -1007,12 +1106,14 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
 -- handle's claim token is still the message's. A visibility timeout of 0 releases it.
 -- Returns the previous deadline too, so a change that makes a message visible
 -- sooner can wake waiting receivers (an extension, the common case, does not).
+WITH
+{{written}}
 UPDATE leaseq.messages AS m
-SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+SET visible_at = written.at + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
             CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-     leaseq.messages AS before
+     leaseq.messages AS before, written
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -1026,14 +1127,16 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
 -- write on a claimed message; visible again at once, and the receive the
 -- claim counted taken back (nobody received it, so it must not bring the
 -- message nearer its dead-letter queue). Wakes waiting receivers on commit.
-WITH given AS (
+WITH
+{{written}},
+given AS (
     UPDATE leaseq.messages AS m
-    SET visible_at        = statement_timestamp(),
+    SET visible_at        = written.at,
         leased            = false,
         receive_count     = m.receive_count - 1,
         first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
                                  ELSE m.first_received_at END
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id
 )
@@ -1061,19 +1164,20 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 -- message's receive count (initial * multiplier^(count-1), at most max, less
 -- up to `jitter` of it at random), else 0: visible at once.
 -- On a fair queue its tenant's bound comes down to the message's new deadline.
-WITH released AS (
+WITH
+{{written}},
+released AS (
     UPDATE leaseq.messages AS m
-    SET visible_at = statement_timestamp() + make_interval(secs => coalesce(
+    SET visible_at = written.at + make_interval(secs => coalesce(
             CAST(:delay AS double precision),
             least(q.retry_max,
-                  q.retry_initial
-                  * power(q.retry_multiplier, least(greatest(m.receive_count - 1, 0), 64)))
+                  q.retry_initial * power(q.retry_multiplier, least(greatest(m.receive_count - 1, 0), 64)))
                 * (1 - q.retry_jitter * random()),
             0)),
         leased = false
-    FROM leaseq.queues AS q
+    FROM leaseq.queues AS q, written
     WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
-    RETURNING extract(epoch FROM m.visible_at - statement_timestamp()) AS delay,
+    RETURNING extract(epoch FROM m.visible_at - written.at) AS delay,
               m.visible_at, m.tenant, q.fair
 ),
 ready AS (
@@ -1101,12 +1205,15 @@ RETURNING m.id,
 -- returns: CheckpointRow
 -- Records a job's cursor and renews the lease by the queue's timeout,
 -- conditional on the claim.
-UPDATE leaseq.messages
+WITH
+{{written}}
+UPDATE leaseq.messages AS m
 SET checkpoint = CAST(:cursor AS jsonb),
-    visible_at = statement_timestamp() + CAST(:visibility_timeout AS integer) * interval '1 second',
+    visible_at = written.at + CAST(:visibility_timeout AS integer) * interval '1 second',
     leased     = true
-WHERE id = :id AND claim_token = :token AND queue_id = :queue_id
-RETURNING visible_at AS lease_expires_at;
+FROM written
+WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id
+RETURNING m.visible_at AS lease_expires_at;
 
 -- name: sweep_expired
 -- Deletes up to :limit messages older than their queue's retention, whatever
@@ -1217,7 +1324,11 @@ RETURNING id, max_per_second;
 -- message goes to the end of its group there, with a new sequence number
 -- taken once the group's row is locked (as a send takes it). A task whose
 -- destination queue was deleted moves nothing more: it fails, as SQS's does.
-WITH task AS (
+-- The moved are claimable at once, from the moment of the write (the fragment
+-- written).
+WITH
+{{written}},
+task AS (
     SELECT * FROM leaseq.redrive_tasks WHERE id = :task_id AND status = 'running' FOR UPDATE
 ),
 batch AS (
@@ -1255,11 +1366,11 @@ moved AS (
         fencing_token = NULL,
         leased = false,
         first_received_at = NULL,
-        visible_at = statement_timestamp(),
+        visible_at = written.at,
         sequence_number = CASE WHEN g.group_id IS NULL THEN NULL
                                ELSE nextval('leaseq.message_sequence') END,
         tenant = CASE WHEN batch.fair THEN coalesce(m.tenant, '') ELSE m.tenant END
-    FROM batch
+    FROM written, batch
     LEFT JOIN destination_groups AS g
            ON g.queue_id = batch.destination AND g.group_id = batch.group_id
     WHERE m.id = batch.id
@@ -1506,7 +1617,9 @@ ORDER BY n.ord;
 --      and unchanged is deleted.
 -- Always one row at least: `dead` counts the moved messages; `id` is NULL
 -- when nothing was claimed; `receiver` numbers each row's receiver from 1.
-WITH looked_at AS (
+WITH
+{{written}},
+looked_at AS (
     SELECT g.group_id, g.visible_at AS hint, g.version
     FROM leaseq.message_groups AS g
     WHERE g.queue_id = :queue_id AND g.visible_at <= statement_timestamp()
@@ -1599,7 +1712,7 @@ granted AS (
 dead AS (
     UPDATE leaseq.messages AS m
     {{dead_letter}}
-    FROM wanted AS w
+    FROM wanted AS w, written
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
       AND w.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id, m.group_id
@@ -1616,7 +1729,7 @@ dead_groups AS (
 claimed AS (
     UPDATE leaseq.messages AS m
     {{claim}}
-    FROM wanted AS w
+    FROM wanted AS w, written
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
       AND (CAST(:max_receive_count AS integer) IS NULL
            OR w.receive_count < CAST(:max_receive_count AS integer))

@@ -297,6 +297,27 @@ class ClaimRow(ClaimColumns):
     acked_held: list[float | None]
 
 
+class FloorColumns(TypedDict):
+    """What a standard queue's claim saw below it (queries.sql's fragment
+    floored_candidates), for app/queue/floors.py."""
+
+    ready_floor: datetime
+    lease_floor: datetime
+    ready_from: datetime | None
+    lease_from: datetime | None
+    snapshot_xmin: int
+    snapshot_xmax: int
+    looked_at: datetime
+
+
+class ReadyClaimRow(ClaimColumns, FloorColumns):
+    """claim_ready_messages: one row at least, as ClaimRow's; the floors on each."""
+
+
+class StandardClaimRow(ClaimRow, FloorColumns):
+    """claim_messages on a standard queue: ClaimRow, the floors on each row."""
+
+
 class FifoClaimRow(ClaimColumns):
     """claim_fifo_messages: like ClaimRow, one row at least, each message with
     its group, its place in it and the receiver of the group statement it is for."""

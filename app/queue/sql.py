@@ -6,7 +6,6 @@ from app.db.queries import Queries, Query, load
 from app.queue.rows import (
     ChangedRow,
     CheckpointRow,
-    ClaimColumns,
     ClaimRow,
     DeletedRow,
     FairnessRoundRow,
@@ -29,11 +28,13 @@ from app.queue.rows import (
     QueueNameRow,
     QueueRow,
     QueueStatsRow,
+    ReadyClaimRow,
     RedriveBatchRow,
     RedriveTaskRow,
     ReleasedRow,
     ReplayedRow,
     SentRow,
+    StandardClaimRow,
     SweptRow,
     TagsRow,
     TakenTaskRow,
@@ -63,8 +64,8 @@ class Statements(Queries):
     purge_queue: Query[None]
     queue_stats: Query[QueueStatsRow]
     send_messages: Query[SentRow]
-    claim_messages: Query[ClaimRow]
-    claim_ready_messages: Query[ClaimColumns]
+    claim_messages: Query[StandardClaimRow]
+    claim_ready_messages: Query[ReadyClaimRow]
     claim_fair_messages: Query[ClaimRow]
     delete_fair_messages: Query[DeletedRow]
     change_fair_visibility: Query[ChangedRow]

@@ -348,7 +348,7 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
         queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
         params = {"queue_id": queue_id, "visibility_timeout": 0, "retention": 345600,
                   "max": 10, "dead_letter_queue_id": None, "max_receive_count": None,
-                  "ack_ids": [], "ack_tokens": []}
+                  "ack_ids": [], "ack_tokens": [], "ready_floor": None, "lease_floor": None}
         args = [params[p] for p in query.params]
         first = [r for r in await db.fetch(query.sql, *args) if r["id"] is not None]
         again = [r for r in await db.fetch(query.sql, *args) if r["id"] is not None]

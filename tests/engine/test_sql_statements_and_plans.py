@@ -52,11 +52,12 @@ async def test_the_claim_uses_the_claim_index_on_a_large_queue(
             "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
             "dead_letter_queue_id": None, "max_receive_count": None,
             "ack_ids": ack_ids, "ack_tokens": [uuid.uuid4() for _ in ack_ids],
+            "ready_floor": None, "lease_floor": None,
         })
         async with db.transaction():
             plan = await db.fetch(f"EXPLAIN {sql}", *args)
         text = "\n".join(row[0] for row in plan)
-        assert "messages_claim" in text, text
+        assert "messages_by_state" in text, text
         assert "Seq Scan on messages" not in text, text
 
 
@@ -70,7 +71,7 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     await db.execute("VACUUM ANALYZE leaseq.messages")  # empty, as after a purge
     params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
               "dead_letter_queue_id": None, "max_receive_count": None,
-              "ack_ids": [], "ack_tokens": []}
+              "ack_ids": [], "ack_tokens": [], "ready_floor": None, "lease_floor": None}
     scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages'"
     connector: Connector = client.app.state.db  # type: ignore[attr-defined]
     async with connector.session() as session:  # a connection of the service's pool
