@@ -25,7 +25,13 @@ Both indexes are built and dropped CONCURRENTLY, outside a transaction: sends
 and claims go on while they are. A concurrent build waits for every transaction
 older than it to end, a held horizon's too: an upgrade started while a pg_dump
 runs finishes after it. A build cut short leaves an invalid index, dropped and
-built again by the next try.
+built again by the next try, before the functions are changed.
+
+During a rolling upgrade, a process of an earlier version still writes
+deadlines from the start of its statement: a message it sends may wait below a
+new process's floor until the floors look back (30 seconds), never longer than
+their backstop (10 minutes). Its claims read the new index without a range on
+`leased`: correct, slower, until it is replaced.
 """
 
 from collections.abc import Sequence
@@ -99,10 +105,12 @@ def _invalid(name: str) -> bool:
 
 
 def upgrade() -> None:
-    edit_functions(op.get_bind(), _CHANGES)
+    # The indexes first: each step of the block commits on its own, and a try cut
+    # short in it must find the functions as this revision expects them.
     with op.get_context().autocommit_block():
         _build("messages_by_state", "(queue_id, leased, visible_at)")
         op.execute("DROP INDEX CONCURRENTLY IF EXISTS leaseq.messages_claim")
+    edit_functions(op.get_bind(), _CHANGES)
 
 
 def downgrade() -> None:

@@ -12,25 +12,33 @@ nothing is claimable any more, it walks only what was settled since the last
 claim.
 
 The rule. Each claim reports, for each range (waiting, and leases run out),
-the oldest claimable deadline its snapshot sees at or above the floor it was
+the oldest deadline come that its snapshot sees at or above the floor it was
 given, or its own time when it sees none (queries.sql, fragment
-floored_candidates), with its snapshot's bounds: xmin, the oldest transaction
-still running, and xmax, the first not yet begun. What that snapshot cannot see
-is written by a transaction running at it or begun after it. Every deadline
-such a write can set that a claim reaches from below is measured from the
-moment of the write, read only once the writing transaction holds its ID
-(queries.sql, fragment written; the SQL API's functions alike). So once a
-later claim's snapshot shows every transaction of an earlier claim's snapshot
-ended (the later's xmin at or past the earlier's xmax), nothing can appear
-below the earlier claim's time any more: the later claim's report, taken no
-higher than that time, is a floor. A floor only rises; a claim that read from
-a lower floor than the one now held teaches nothing new.
+floored_candidates), with its snapshot's xmin (every transaction ID below it
+has ended) and, when it wrote a row, its own transaction ID and the time its
+transaction began. That ID was handed out after the claim's transaction began.
+A later claim whose xmin is past it sees every transaction that held an ID up
+to it ended; whatever that later claim cannot see is written by a transaction
+whose ID came after, so later than the earlier claim began. Every deadline a
+claim reaches from below is measured from the moment of its write, read only
+once the writing transaction holds its ID (queries.sql, fragment written; the
+SQL API's functions alike): no such write can set one earlier than the earlier
+claim's time. So the later claim's report, taken no higher than that time, is
+a floor. A floor only rises; a claim that read from a lower floor than the one
+now held teaches nothing new.
 
-The guard. A deadline is still read from the wall clock, which a step of the
-system's time can move back. Every LOOK_BACK_EVERY seconds, a queue's floors
-go back LOOK_BACK from the newest claim's time (one walk of that much history,
-however long the horizon is held), so a message that slipped below a floor
-waits that long at worst, and is never lost.
+What it does not get past: a transaction that holds an ID (it wrote something,
+anywhere in the database) and stays open keeps every later xmin at or below
+it, so no report is taken until it ends and the claims walk what is settled
+meanwhile. A read-only one (pg_dump, a report, an idle `BEGIN` that only read,
+a replication slot, a standby's feedback) does not.
+
+The guards. A deadline is read from the wall clock, which a step of the
+database server's time can move back. Every LOOK_BACK_EVERY seconds a queue's
+floors go back to LOOK_BACK before the previous look-back (one walk of that
+much history, however long the horizon is held); every BACKSTOP_EVERY
+seconds they go back to the start. A message that slipped below a floor is
+claimed late, never lost.
 """
 
 from __future__ import annotations
@@ -44,20 +52,23 @@ from typing import Any
 from app.queue.rows import FloorColumns
 
 MARGIN = timedelta(milliseconds=5)
-"""Kept below a safe time: the clock read after the ID is handed out is read
-at the same moment in no two processes, to the microsecond."""
+"""Kept below a settled claim's time: two processes' clock readings are never
+exactly one."""
 
 LOOK_BACK = timedelta(seconds=30)
 LOOK_BACK_EVERY = 30.0
+BACKSTOP_EVERY = 600.0
 MARKS = 64
-"""Recent claims remembered (snapshot xmax, time): a later claim needs one whose
-transactions have all ended, which is nearly always one of the last few."""
+"""Recent claims remembered (transaction ID, time its transaction began): a
+later claim needs one whose ID its xmin has passed, nearly always one of the
+last few."""
 
 
 class Floors:
     """A queue's floors in this process (None: from the start)."""
 
-    __slots__ = ("_clock", "_look_back_at", "_marks", "lease", "ready")
+    __slots__ = ("_backstop_at", "_clock", "_look_back_at", "_looked_back", "_marks",
+                 "lease", "ready")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.ready: datetime | None = None
@@ -65,6 +76,8 @@ class Floors:
         self._marks: deque[tuple[int, datetime]] = deque(maxlen=MARKS)
         self._clock = clock
         self._look_back_at = clock() + LOOK_BACK_EVERY
+        self._backstop_at = clock() + BACKSTOP_EVERY
+        self._looked_back: datetime | None = None
 
     def params(self) -> dict[str, Any]:
         """The claim's (and the outlook's) parameters."""
@@ -72,15 +85,22 @@ class Floors:
 
     def learn(self, row: FloorColumns) -> None:
         """What a claim that started from these floors reported."""
-        settled = [at for xmax, at in self._marks if xmax <= row["snapshot_xmin"]]
-        self._marks.append((row["snapshot_xmax"], row["looked_at"]))
+        settled = [at for xid, at in self._marks if xid < row["snapshot_xmin"]]
+        if row["claim_xid"] is not None:
+            self._marks.append((row["claim_xid"], row["looked_at"]))
         if settled:
             bound = max(settled) - MARGIN
             self.ready = _raised(self.ready, row["ready_from"], min(row["ready_floor"], bound))
             self.lease = _raised(self.lease, row["lease_from"], min(row["lease_floor"], bound))
-        if self._clock() >= self._look_back_at:
-            self._look_back_at = self._clock() + LOOK_BACK_EVERY
-            back = row["looked_at"] - LOOK_BACK
+        now = self._clock()
+        if now >= self._backstop_at:
+            self._backstop_at = now + BACKSTOP_EVERY
+            self._look_back_at = now + LOOK_BACK_EVERY
+            self.ready = self.lease = self._looked_back = None
+        elif now >= self._look_back_at:
+            self._look_back_at = now + LOOK_BACK_EVERY
+            back = min(row["looked_at"], self._looked_back or row["looked_at"]) - LOOK_BACK
+            self._looked_back = row["looked_at"]
             self.ready = None if self.ready is None else min(self.ready, back)
             self.lease = None if self.lease is None else min(self.lease, back)
 

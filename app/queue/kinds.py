@@ -114,6 +114,11 @@ FAIR = replace(
     outgoing=fair_outgoing,
     claim=grouped.CLAIM_FAIR,
     delete=grouped.DELETE_FAIR,
+    # A fair claim reads no floors, and learns none: the outlook reads from the start.
+    outlook=lambda queue: (Q.queue_outlook, {
+        "queue_id": queue.id, "retention": queue.attributes.message_retention,
+        "ready_floor": None, "lease_floor": None,
+    }),
     change=grouped.CHANGE_FAIR,
     give_back=Q.give_back_fair_claims,
     forget_on_purge=(Q.reset_tenant_bounds,),

@@ -1,10 +1,12 @@
 -- Every statement the queue engine runs, named and written out in full.
 --
--- Time: every deadline is computed here, on the database clock, with
--- statement_timestamp() -- the start of the current statement. It is stable
--- within a statement (so the claim index can be used) but, unlike now(), it is
--- not frozen for a whole transaction. Python never supplies a timestamp, only
--- durations in whole seconds.
+-- Time: every deadline is computed here, on the database clock. A deadline is
+-- compared with statement_timestamp() -- the start of the current statement,
+-- stable within a statement (so the claim index can be used) but, unlike
+-- now(), not frozen for a whole transaction -- and written from the moment of
+-- the write (the fragment written). Python never supplies a timestamp, only
+-- durations in whole seconds and, back to the claims, the floors they reported
+-- (app/queue/floors.py).
 --
 -- Plans: statements run on connections that plan every execution for its
 -- parameters and the table's current size (app/db/engine.py), except those
@@ -334,31 +336,34 @@ candidates AS (
 ),
 floors AS (
     -- What the next claim may start from (app/queue/floors.py decides when it
-    -- may): the oldest claimable deadline of each range as this statement's
-    -- snapshot sees it, whoever holds the row, else now. With the floors it
-    -- read from, the snapshot's bounds and this statement's time.
+    -- may): the oldest deadline come of each range as this statement's
+    -- snapshot sees it, whoever holds the row and whatever its retention (a
+    -- message past it is claimable again if the retention grows before the
+    -- sweep), else now. With the floors it read from, the snapshot's xmin and
+    -- the time this claim's transaction began.
     SELECT least(
                (SELECT min(f.visible_at) FROM leaseq.messages AS f
                 WHERE f.queue_id = :queue_id AND NOT f.leased
                   AND f.visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
-                  AND f.visible_at <= statement_timestamp()
-                  AND f.sent_at > statement_timestamp()
-                                  - CAST(:retention AS integer) * interval '1 second'),
+                  AND f.visible_at <= statement_timestamp()),
                statement_timestamp()) AS ready_floor,
            least(
                (SELECT min(f.visible_at) FROM leaseq.messages AS f
                 WHERE f.queue_id = :queue_id AND f.leased
                   AND f.visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
-                  AND f.visible_at <= statement_timestamp()
-                  AND f.sent_at > statement_timestamp()
-                                  - CAST(:retention AS integer) * interval '1 second'),
+                  AND f.visible_at <= statement_timestamp()),
                statement_timestamp()) AS lease_floor,
            CAST(:ready_floor AS timestamptz) AS ready_from,
            CAST(:lease_floor AS timestamptz) AS lease_from,
            CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmin,
-           CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmax,
-           statement_timestamp() AS looked_at
+           now() AS looked_at
 )
+
+-- fragment: claim_xid
+-- The claim's own transaction ID, read once its rows are written (NULL when it
+-- wrote none): handed out after its snapshot was taken and after its
+-- transaction began (floors.py: the mark a later claim's xmin must pass).
+CAST(CAST(pg_current_xact_id_if_assigned() AS text) AS bigint) AS claim_xid
 
 -- fragment: received_columns
 -- A claimed message as its receiver gets it (app/queue/rows.py MessageColumns):
@@ -458,7 +463,8 @@ claimed AS (
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
        (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
-       claimed.*, floors.*
+       claimed.*, floors.*,
+       {{claim_xid}}
 FROM floors
 LEFT JOIN claimed ON true;
 
@@ -482,7 +488,8 @@ claimed AS (
         {{received_columns}},
         c.lapsed
 )
-SELECT claimed.*, floors.*
+SELECT claimed.*, floors.*,
+       {{claim_xid}}
 FROM floors
 LEFT JOIN claimed ON true;
 
@@ -835,7 +842,7 @@ WITH fair AS (
     WHERE fair
 ),
 flight AS (
-    -- The leased range of each fair queue's messages_claim: no backlog is read,
+    -- The leased range of each fair queue's messages_by_state: no backlog is read,
     -- and nothing at all while no queue is fair.
     SELECT m.queue_id, m.tenant, count(*) AS n
     FROM leaseq.messages AS m

@@ -306,8 +306,8 @@ class FloorColumns(TypedDict):
     ready_from: datetime | None
     lease_from: datetime | None
     snapshot_xmin: int
-    snapshot_xmax: int
     looked_at: datetime
+    claim_xid: int | None
 
 
 class ReadyClaimRow(ClaimColumns, FloorColumns):

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 import httpx
-from support import make_queue, positional, queue_id_of, receive, send
+from support import eventually, make_queue, positional, queue_id_of, receive, send
 
 from app.queue.floors import Floors
 
@@ -111,6 +111,39 @@ async def test_a_message_whose_statement_began_before_the_floor_is_still_claimed
         await _cycle(client, queue, 3)
         floors = _floors(client, queue)
         assert floors.ready is not None and floors.ready > began, (floors.ready, began)
+        await caller.execute("COMMIT")
+    finally:
+        await caller.close()
+    got = await receive(client, queue, max=10)
+    assert [m["body"] for m in got] == ["late"]
+
+
+async def test_a_message_sent_in_a_transaction_open_across_claims_is_claimed_at_its_commit(
+    client: httpx.AsyncClient, db: asyncpg.Connection, database_url: str,
+) -> None:
+    """A caller's transaction sends through the SQL API (it holds its ID from
+    then on) and stays open while the service's receives find the queue empty;
+    no other transaction ends meanwhile, so their snapshots' xmax stays at or
+    below the caller's ID. The floors must wait for that ID to end, whatever
+    the snapshots' bounds say, and the message is received once committed."""
+    queue = await make_queue(client, "open-across")
+    await _cycle(client, queue, 3)
+    floors = _floors(client, queue)
+    assert floors.ready is not None
+    caller = await asyncpg.connect(database_url)
+    try:
+        await caller.execute("BEGIN")
+        written = await caller.fetchval(
+            "SELECT clock_timestamp() FROM (SELECT leaseq.send($1, 'late')) AS sent", queue)
+
+        async def later() -> bool:
+            return bool(await db.fetchval(
+                "SELECT clock_timestamp() > CAST($1 AS timestamptz) + interval '20 milliseconds'",
+                written))
+
+        await eventually(later)
+        for _ in range(4):
+            assert await receive(client, queue) == []
         await caller.execute("COMMIT")
     finally:
         await caller.close()
