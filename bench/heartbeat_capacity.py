@@ -54,18 +54,23 @@ CHUNK = 100
 """Leases per request or statement (the bench service's LEASEQ_MAX_BATCH)."""
 
 RAW_HEARTBEAT = """
+WITH
+written AS MATERIALIZED (
+    SELECT CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END AS at
+)
 UPDATE leaseq.messages AS m
-SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+SET visible_at = written.at + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST($1 AS bigint[]), CAST($2 AS uuid[]),
             CAST($3 AS integer[])) AS h(id, token, visibility_timeout),
-     leaseq.messages AS before
+     leaseq.messages AS before, written
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = $4
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
           m.visible_at < before.visible_at AS sooner
 """
-"""change_visibility of app/queue/queries.sql, its named parameters as $n."""
+"""change_visibility of app/queue/queries.sql, its fragments in place and its named
+parameters as $n."""
 
 
 @dataclass
