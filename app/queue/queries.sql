@@ -772,6 +772,19 @@ ready AS (
 )
 SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 
+-- fragment: given_back
+-- What a give-back writes (give_back_claims, give_back_fair_claims): the
+-- messages of claims that reached no one visible again from the moment of the
+-- write (the fragment written), and the receive each claim counted taken back.
+UPDATE leaseq.messages AS m
+SET visible_at        = written.at,
+    leased            = false,
+    receive_count     = m.receive_count - 1,
+    first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
+                             ELSE m.first_received_at END
+FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
+WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+
 -- name: give_back_fair_claims
 -- returns: GivenBackRow
 -- plan: cached (rows by primary key, an upsert by primary key)
@@ -780,14 +793,7 @@ SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 WITH
 {{written}},
 given AS (
-    UPDATE leaseq.messages AS m
-    SET visible_at        = written.at,
-        leased            = false,
-        receive_count     = m.receive_count - 1,
-        first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
-                                 ELSE m.first_received_at END
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
-    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    {{given_back}}
     RETURNING m.id, m.tenant
 ),
 ready AS (
@@ -1137,14 +1143,7 @@ RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
 WITH
 {{written}},
 given AS (
-    UPDATE leaseq.messages AS m
-    SET visible_at        = written.at,
-        leased            = false,
-        receive_count     = m.receive_count - 1,
-        first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
-                                 ELSE m.first_received_at END
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
-    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    {{given_back}}
     RETURNING m.id
 )
 SELECT count(*) AS given,
