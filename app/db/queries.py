@@ -81,7 +81,9 @@ def _with_fragments(text: str, fragments: dict[str, str]) -> str:
             raise ValueError(f"queries.sql: no fragment named {name!r}")
         # The fragment's own comments say why it exists; its users need none.
         lines = [line for line in fragments[name].splitlines() if not line.startswith("--")]
-        return "\n".join(indent + line for line in lines) + comma
+        # A fragment may use others (the claims' candidates share one range).
+        inner = _with_fragments("\n".join(lines), fragments)
+        return "\n".join(indent + line for line in inner.splitlines()) + comma
 
     return _USE.sub(use, text)
 

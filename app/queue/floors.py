@@ -27,6 +27,16 @@ claim's time. So the later claim's report, taken no higher than that time, is
 a floor. A floor only rises; a claim that read from a lower floor than the one
 now held teaches nothing new.
 
+Which claims report. Reading the two ranges and the two minimums makes a
+claim costlier to plan (it is planned on every execution) by about as much
+as the claim itself was. So most claims read the waiting range alone from
+its floor and report nothing but their mark (queries.sql,
+claim_ready_waiting_messages, claim_waiting_messages); a claim reads both
+ranges and reports when REPORT_EVERY has passed since the last report, or
+when the claim before it came back short (the waiting range may be empty, and
+leases may have run out). While the horizon is held, a claim then walks at
+most what was settled in the last REPORT_EVERY or so.
+
 What it does not get past: a transaction that holds an ID (it wrote something,
 anywhere in the database) and stays open keeps every later xmin at or below
 it, so no report is taken until it ends and the claims walk what is settled
@@ -58,6 +68,9 @@ exactly one."""
 LOOK_BACK = timedelta(seconds=30)
 LOOK_BACK_EVERY = 30.0
 BACKSTOP_EVERY = 600.0
+REPORT_EVERY = 0.02
+"""Seconds between two claims of a queue in a process that read both ranges
+and report their floors (when the claims in between came back full)."""
 MARKS = 64
 """Recent claims remembered (transaction ID, time its transaction began): a
 later claim needs one whose ID its xmin has passed, nearly always one of the
@@ -68,7 +81,7 @@ class Floors:
     """A queue's floors in this process (None: from the start)."""
 
     __slots__ = ("_backstop_at", "_clock", "_look_back_at", "_looked_back", "_marks",
-                 "lease", "ready")
+                 "_report_at", "_short", "lease", "ready")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.ready: datetime | None = None
@@ -78,20 +91,36 @@ class Floors:
         self._look_back_at = clock() + LOOK_BACK_EVERY
         self._backstop_at = clock() + BACKSTOP_EVERY
         self._looked_back: datetime | None = None
+        self._report_at = clock()
+        self._short = True
+
+    def report_due(self) -> bool:
+        """Whether the next claim reads both ranges and reports (claim_messages,
+        claim_ready_messages) rather than the waiting range alone."""
+        return self._short or self._clock() >= self._report_at
 
     def params(self) -> dict[str, Any]:
         """The claim's (and the outlook's) parameters."""
         return {"ready_floor": self.ready, "lease_floor": self.lease}
 
-    def learn(self, row: FloorColumns) -> None:
-        """What a claim that started from these floors reported."""
-        settled = [at for xid, at in self._marks if xid < row["snapshot_xmin"]]
+    def learn(self, row: FloorColumns | None, *, short: bool) -> None:
+        """What a claim that started from these floors reported (None: it
+        claimed nothing and reported nothing), and whether it took fewer
+        messages than were wanted."""
+        self._short = short
+        if row is None:
+            return
+        xmin = row["snapshot_xmin"]
+        settled = [] if xmin is None else [at for xid, at in self._marks if xid < xmin]
         if row["claim_xid"] is not None:
             self._marks.append((row["claim_xid"], row["looked_at"]))
-        if settled:
+        if xmin is not None:
+            self._report_at = self._clock() + REPORT_EVERY
+        ready, lease = row["ready_floor"], row["lease_floor"]
+        if settled and ready is not None and lease is not None:
             bound = max(settled) - MARGIN
-            self.ready = _raised(self.ready, row["ready_from"], min(row["ready_floor"], bound))
-            self.lease = _raised(self.lease, row["lease_from"], min(row["lease_floor"], bound))
+            self.ready = _raised(self.ready, row["ready_from"], min(ready, bound))
+            self.lease = _raised(self.lease, row["lease_from"], min(lease, bound))
         now = self._clock()
         if now >= self._backstop_at:
             self._backstop_at = now + BACKSTOP_EVERY

@@ -46,7 +46,7 @@ class Grouped(Generic[K, T, R]):
     then: Callable[[K, list[Any]], Statement | None] | None = None
     """A statement to run after it on the same connection (a NOTIFY): with each
     statement its own transaction, it is delivered after the write committed."""
-    seen: Callable[[K, list[Any]], None] | None = None
+    seen: Callable[[K, list[T], list[Any]], None] | None = None
     """What the engine keeps of the rows beyond the requests' shares (a standard
     queue's claim: where the next one starts reading, app/queue/floors.py)."""
     undo: Callable[[K, R], Statement | None] | None = None
@@ -138,7 +138,7 @@ async def run_in(
     flat = [item for group in groups for item in group]
     rows = await session.fetch(grouped.query_for(key, flat), grouped.params(key, flat))
     if grouped.seen is not None:
-        grouped.seen(key, rows)
+        grouped.seen(key, flat, rows)
     after = None if grouped.then is None else grouped.then(key, rows)
     if after is not None:
         await session.fetch(*after)

@@ -215,11 +215,19 @@ def claims_of(queue_id: int, rows: Sequence[MessageColumns]) -> list[Receipt]:
 
 
 def _claim_query(key: ClaimKey, takes: list[Take]) -> Query[Any]:
-    """claim_ready_messages when nothing rides on the claim and nothing can die."""
+    """claim_ready_messages when nothing rides on the claim and nothing can die;
+    each from the waiting range alone unless this claim reports the floors."""
     queue = key[0]
+    report = queue.floors.report_due()
     if queue.attributes.max_receive_count is None and not any(take.acks for take in takes):
-        return Q.claim_ready_messages
-    return Q.claim_messages
+        return Q.claim_ready_messages if report else Q.claim_ready_waiting_messages
+    return Q.claim_messages if report else Q.claim_waiting_messages
+
+
+def _learn_floors(key: ClaimKey, takes: list[Take], rows: list[Any]) -> None:
+    claimed = sum(1 for row in rows if row["id"] is not None)
+    key[0].floors.learn(rows[0] if rows else None,
+                        short=claimed < sum(take.wanted for take in takes))
 
 
 CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
@@ -233,7 +241,7 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
     then=lambda key, rows: dead_letter_notice(key[0], _dead(rows)),
     undo=lambda key, share: give_back(key[0], claims_of(key[0].id, share.rows)),
     variant=_claim_query,
-    seen=lambda key, rows: key[0].floors.learn(rows[0]) if rows else None,
+    seen=_learn_floors,
 )
 
 

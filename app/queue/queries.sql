@@ -295,15 +295,13 @@ SET visible_at        = written.at + CAST(:visibility_timeout AS integer) * inte
     first_received_at = coalesce(m.first_received_at, written.at),
     claimed_at        = written.at
 
--- fragment: floored_candidates
--- A standard queue's claimable messages, from its two ranges of the index
--- messages_by_state: waiting (never received, released, delay over) from
--- :ready_floor, and leases run out from :lease_floor (NULL: from the start).
--- Below a floor lie only index entries of row versions no claim can take, which
--- a transaction holding back the cleanup horizon keeps from VACUUM: walking
--- them is what made a claim's cost grow with the queue's history. Each range
--- is taken oldest first, locked with SKIP LOCKED, and the oldest of both
--- claimed (a range's rows beyond them stay locked only until the commit).
+-- fragment: waiting
+-- A standard queue's waiting range of the index messages_by_state (never
+-- received, released, delay over) from :ready_floor (NULL: from the start),
+-- oldest first, locked with SKIP LOCKED. Below a floor lie only index entries
+-- of row versions no claim can take, which a transaction holding back the
+-- cleanup horizon keeps from VACUUM: walking them is what made a claim's cost
+-- grow with the queue's history.
 waiting AS (
     SELECT c.id, c.visible_at, c.receive_count, false AS lapsed
     FROM leaseq.messages AS c
@@ -315,7 +313,38 @@ waiting AS (
     ORDER BY c.visible_at
     LIMIT :max
     FOR UPDATE SKIP LOCKED
+)
+
+-- fragment: waiting_candidates
+-- The claim most claims are (app/queue/floors.py, Floors.report_due): the
+-- waiting range alone, a statement as cheap to plan as a claim of one range
+-- was, and no floors reported (NULL), only the claim's mark (claim_xid and
+-- looked_at). Leases run out are read by the claims that report.
+{{waiting}},
+candidates AS (
+    SELECT waiting.id, waiting.receive_count, waiting.lapsed FROM waiting
 ),
+floors AS (
+    SELECT
+        {{unreported_floors}}
+)
+
+-- fragment: unreported_floors
+-- The floor columns of a claim that reports none (FloorColumns): NULL floors
+-- and xmin, with the floors it read from and the time its transaction began.
+CAST(NULL AS timestamptz) AS ready_floor, CAST(NULL AS timestamptz) AS lease_floor,
+CAST(:ready_floor AS timestamptz) AS ready_from,
+CAST(:lease_floor AS timestamptz) AS lease_from,
+CAST(NULL AS bigint) AS snapshot_xmin, now() AS looked_at
+
+-- fragment: floored_candidates
+-- A standard queue's claimable messages, from its two ranges of the index
+-- messages_by_state: waiting from :ready_floor, and leases run out from
+-- :lease_floor (NULL: from the start). Each range is taken oldest first,
+-- locked with SKIP LOCKED, and the oldest of both claimed (a range's rows
+-- beyond them stay locked only until the commit). With the floors this
+-- claim reports (floors.py decides whether they are taken).
+{{waiting}},
 run_out AS (
     SELECT c.id, c.visible_at, c.receive_count, true AS lapsed
     FROM leaseq.messages AS c
@@ -431,14 +460,33 @@ SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
 -- nothing was claimed; every row carries the floors (floored_candidates).
 WITH
 {{written}},
+{{acked}},
+{{floored_candidates}},
+{{claim_tail}}
+
+-- name: claim_waiting_messages
+-- returns: StandardClaimRow
+-- claim_messages from the waiting range alone, reporting no floors
+-- (waiting_candidates): what most claims are (floors.py, Floors.report_due).
+WITH
+{{written}},
+{{acked}},
+{{waiting_candidates}},
+{{claim_tail}}
+
+-- fragment: acked
+-- The acknowledgements riding on a claim (claim_messages), deleted by it.
 acked AS (
     DELETE FROM leaseq.messages AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
                          AS double precision) AS held
-),
-{{floored_candidates}},
+)
+
+-- fragment: claim_tail
+-- What claim_messages does with its candidates and floors: dead-letters those
+-- received max_receive_count times, claims the others, and answers.
 dead AS (
     UPDATE leaseq.messages AS m
     {{dead_letter}}
@@ -479,6 +527,29 @@ LEFT JOIN claimed ON true;
 WITH
 {{written}},
 {{floored_candidates}},
+{{ready_claim_tail}}
+
+-- name: claim_ready_waiting_messages
+-- returns: ReadyClaimRow
+-- claim_ready_messages from the waiting range alone, reporting no floors: the
+-- cheapest claim to plan, and the commonest (floors.py, Floors.report_due). A
+-- row per claimed message, none when none was claimed.
+WITH
+{{written}},
+{{waiting}}
+UPDATE leaseq.messages AS m
+{{claim}}
+FROM waiting AS c, written
+WHERE m.id = c.id
+RETURNING
+    {{received_columns}},
+    c.lapsed,
+    {{unreported_floors}},
+    {{claim_xid}}
+;
+
+-- fragment: ready_claim_tail
+-- What claim_ready_messages does with its candidates and floors.
 claimed AS (
     UPDATE leaseq.messages AS m
     {{claim}}

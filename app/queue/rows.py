@@ -299,13 +299,14 @@ class ClaimRow(ClaimColumns):
 
 class FloorColumns(TypedDict):
     """What a standard queue's claim saw below it (queries.sql's fragment
-    floored_candidates), for app/queue/floors.py."""
+    floored_candidates), for app/queue/floors.py. A claim that reads the
+    waiting range alone reports no floors and no xmin (NULL), only its mark."""
 
-    ready_floor: datetime
-    lease_floor: datetime
+    ready_floor: datetime | None
+    lease_floor: datetime | None
     ready_from: datetime | None
     lease_from: datetime | None
-    snapshot_xmin: int
+    snapshot_xmin: int | None
     looked_at: datetime
     claim_xid: int | None
 

@@ -36,9 +36,10 @@ async def _cycle(client: httpx.AsyncClient, queue: str, n: int = 1) -> None:
         assert deleted.status_code == 204, deleted.text
 
 
-async def _claim_buffers(db: asyncpg.Connection, queue_id: int, floors: dict[str, Any]) -> int:
-    """Shared buffers one claim_ready_messages reads (EXPLAIN ANALYZE runs it)."""
-    sql, args = positional("claim_ready_messages", {
+async def _claim_buffers(db: asyncpg.Connection, queue_id: int, floors: dict[str, Any],
+                         statement: str = "claim_ready_messages") -> int:
+    """Shared buffers one claim reads (EXPLAIN ANALYZE runs it)."""
+    sql, args = positional(statement, {
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "ack_ids": [], **floors,
     })
@@ -79,6 +80,8 @@ async def test_a_claim_reads_no_history_while_the_horizon_is_held(
         for body in ("a", "b", "c"):
             await send(client, queue, body)
         floored = await _claim_buffers(db, queue_id, floors.params())
+        waiting = await _claim_buffers(
+            db, queue_id, floors.params(), "claim_ready_waiting_messages")
         from_start = await _claim_buffers(
             db, queue_id, {"ready_floor": None, "lease_floor": None})
     finally:
@@ -87,6 +90,7 @@ async def test_a_claim_reads_no_history_while_the_horizon_is_held(
     # their row versions; from the floors, a few pages whatever the history.
     assert from_start > 5_000, from_start
     assert floored < 100, (floored, from_start)
+    assert waiting < 100, (waiting, from_start)
 
 
 async def test_a_message_whose_statement_began_before_the_floor_is_still_claimed(

@@ -327,10 +327,18 @@ def test_a_plain_claim_takes_the_lean_statement_and_the_rest_the_full_one() -> N
         return Queue(1, "q", QueueAttributes(30, 345600, 0, 0, 262144, **attributes), now, now)
 
     plain, redriven = queue(), queue(dead_letter_queue="dlq", max_receive_count=3)
+    acking = [Take(1), Take(1, (Receipt(1, 7, uuid.uuid4()),))]
+    # A queue's first claims report its floors (floors.py): both ranges read.
     assert _claim_query((plain, 30), [Take(1), Take(10)]) is Q.claim_ready_messages
-    assert _claim_query((plain, 30), [Take(1), Take(1, (Receipt(1, 7, uuid.uuid4()),))]) is (
-        Q.claim_messages)
+    assert _claim_query((plain, 30), acking) is Q.claim_messages
     assert _claim_query((redriven, 30), [Take(1)]) is Q.claim_messages
+    # Once a claim came back full and reported, the waiting range alone.
+    for claimed in (plain, redriven):
+        claimed.floors.learn(None, short=False)
+        claimed.floors._report_at = float("inf")
+    assert _claim_query((plain, 30), [Take(1), Take(10)]) is Q.claim_ready_waiting_messages
+    assert _claim_query((plain, 30), acking) is Q.claim_waiting_messages
+    assert _claim_query((redriven, 30), [Take(1)]) is Q.claim_waiting_messages
 
 
 async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
@@ -342,8 +350,10 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
     from app.queue.sql import Q
 
     rows = {}
-    for name, query in (("lean", Q.claim_ready_messages), ("full", Q.claim_messages)):
-        queue = await make_queue(client, f"claim-{name}")
+    for name, query in (("lean", Q.claim_ready_messages), ("full", Q.claim_messages),
+                        ("lean waiting", Q.claim_ready_waiting_messages),
+                        ("full waiting", Q.claim_waiting_messages)):
+        queue = await make_queue(client, "claim-" + name.replace(" ", "-"))
         await send(client, queue)
         queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
         params = {"queue_id": queue_id, "visibility_timeout": 0, "retention": 345600,
@@ -357,11 +367,16 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
             " fencing_token IS NOT NULL AS fenced, first_received_at IS NOT NULL AS first,"
             " claimed_at IS NOT NULL AS at FROM leaseq.messages WHERE queue_id = $1", queue_id)
         rows[name] = (first, again, dict(stored))
-    lean, full = rows["lean"], rows["full"]
-    claimed_columns = set(full[0][0].keys()) - {"dead", "acked", "acked_held"}
-    assert set(lean[0][0].keys()) == claimed_columns
-    for (first, again, stored) in (lean, full):
+    claimed_columns = set(rows["full"][0][0].keys()) - {"dead", "acked", "acked_held"}
+    for name, (first, again, stored) in rows.items():
+        assert set(first[0].keys()) - {"dead", "acked", "acked_held"} == claimed_columns, name
         assert [r["lapsed"] for r in first] == [False]  # never received before
+        if name.endswith("waiting"):
+            # Its 0-second lease lapsed into the other range, which only the
+            # claims that report read.
+            assert again == [], name
+            assert stored["receive_count"] == 1, name
+            continue
         assert [r["lapsed"] for r in again] == [True]   # its 0-second lease lapsed
         assert [r["receive_count"] for r in again] == [2]
         assert stored == {"receive_count": 2, "leased": True, "claimed": True, "fenced": True,
