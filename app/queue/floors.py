@@ -34,7 +34,8 @@ its floor and report nothing but their mark (queries.sql,
 claim_ready_waiting_messages, claim_waiting_messages); a claim reads both
 ranges and reports when REPORT_EVERY has passed since the last report, or
 when the claim before it came back short (the waiting range may be empty, and
-leases may have run out). While the horizon is held, a claim then walks at
+leases may have run out) or gave leases of 0 seconds (a receive that looks
+again at once finds them). While the horizon is held, a claim then walks at
 most what was settled in the last REPORT_EVERY or so.
 
 What it does not get past: a transaction that holds an ID (it wrote something,
@@ -80,8 +81,17 @@ last few."""
 class Floors:
     """A queue's floors in this process (None: from the start)."""
 
-    __slots__ = ("_backstop_at", "_clock", "_look_back_at", "_looked_back", "_marks",
-                 "_report_at", "_short", "lease", "ready")
+    __slots__ = (
+        "_backstop_at",
+        "_clock",
+        "_full_next",
+        "_look_back_at",
+        "_looked_back",
+        "_marks",
+        "_report_at",
+        "lease",
+        "ready",
+    )
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.ready: datetime | None = None
@@ -92,22 +102,23 @@ class Floors:
         self._backstop_at = clock() + BACKSTOP_EVERY
         self._looked_back: datetime | None = None
         self._report_at = clock()
-        self._short = True
+        self._full_next = True
 
     def report_due(self) -> bool:
         """Whether the next claim reads both ranges and reports (claim_messages,
         claim_ready_messages) rather than the waiting range alone."""
-        return self._short or self._clock() >= self._report_at
+        return self._full_next or self._clock() >= self._report_at
 
     def params(self) -> dict[str, Any]:
         """The claim's (and the outlook's) parameters."""
         return {"ready_floor": self.ready, "lease_floor": self.lease}
 
-    def learn(self, row: FloorColumns | None, *, short: bool) -> None:
+    def learn(self, row: FloorColumns | None, *, full_next: bool) -> None:
         """What a claim that started from these floors reported (None: it
-        claimed nothing and reported nothing), and whether it took fewer
-        messages than were wanted."""
-        self._short = short
+        claimed nothing and reported nothing), and whether the next claim must
+        read both ranges: it took fewer messages than were wanted, or the
+        leases it gave end at once (a visibility timeout of 0)."""
+        self._full_next = full_next
         if row is None:
             return
         xmin = row["snapshot_xmin"]

@@ -164,9 +164,17 @@ def _send_weight(items: list[Outgoing] | list[FifoOutgoing]) -> int:
     return sum(len(m.body) + len(m.attributes) + len(m.trace_header or "") + 64 for m in items)
 
 
+def _send_query(key: SendKey, flat: list[Outgoing]) -> Query[Any]:
+    """send_untenanted_messages unless a message names a tenant."""
+    if any(m.tenant is not None for m in flat):
+        return Q.send_messages
+    return Q.send_untenanted_messages
+
+
 SEND: Grouped[SendKey, Outgoing, list[SentRow]] = Grouped(
     name="send",
     query=Q.send_messages,
+    variant=_send_query,
     params=_send_params,
     share=_in_order,
     limit=GROUP_SEND_BYTES,
@@ -225,9 +233,9 @@ def _claim_query(key: ClaimKey, takes: list[Take]) -> Query[Any]:
 
 
 def _learn_floors(key: ClaimKey, takes: list[Take], rows: list[Any]) -> None:
-    claimed = sum(1 for row in rows if row["id"] is not None)
-    key[0].floors.learn(rows[0] if rows else None,
-                        short=claimed < sum(take.wanted for take in takes))
+    queue, visibility_timeout = key
+    short = sum(1 for row in rows if row["id"] is not None) < sum(take.wanted for take in takes)
+    queue.floors.learn(rows[0] if rows else None, full_next=short or visibility_timeout == 0)
 
 
 CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(

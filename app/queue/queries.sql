@@ -225,6 +225,35 @@ WHERE queue_id = :queue_id
 -- between that moment and the end of retention.
 WITH
 {{written}},
+{{sent}},
+ready AS (
+    -- A fair queue's tenants may have a message claimable sooner: each
+    -- one's bound lowered to its earliest new message, its version moved on
+    -- (a claim that read the tenant before this commits raises no bound on
+    -- what it saw). Nothing on a queue whose messages name no tenant.
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+    SELECT :queue_id, sent.tenant, min(sent.visible_at)
+    FROM sent
+    WHERE sent.tenant IS NOT NULL
+    GROUP BY sent.tenant
+    ORDER BY sent.tenant
+    {{lower_bound}}
+)
+{{sent_answer}}
+
+-- name: send_untenanted_messages
+-- returns: SentRow
+-- plan: cached (an INSERT from arrays)
+-- send_messages for a batch in which no message names a tenant (a standard
+-- queue's, nearly always): no tenant's bound to lower, so no second pass
+-- over what was inserted.
+WITH
+{{written}},
+{{sent}}
+{{sent_answer}}
+
+-- fragment: sent
+-- The messages send_messages inserts, in input order.
 sent AS (
     INSERT INTO leaseq.messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
                           tenant, sent_at, visible_at)
@@ -245,20 +274,10 @@ sent AS (
     ORDER BY m.ord
     RETURNING id, message_id, sent_at, tenant, visible_at,
               extract(epoch FROM visible_at - (SELECT written.at FROM written)) AS due_in
-),
-ready AS (
-    -- A fair queue's tenants may have a message claimable sooner: each
-    -- one's bound lowered to its earliest new message, its version moved on
-    -- (a claim that read the tenant before this commits raises no bound on
-    -- what it saw). Nothing on a queue whose messages name no tenant.
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT :queue_id, sent.tenant, min(sent.visible_at)
-    FROM sent
-    WHERE sent.tenant IS NOT NULL
-    GROUP BY sent.tenant
-    ORDER BY sent.tenant
-    {{lower_bound}}
 )
+
+-- fragment: sent_answer
+-- What send_messages returns: each message's id and times, and the notice.
 SELECT sent.message_id, sent.sent_at, sent.due_in,
        pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
            count(*) FILTER (WHERE sent.due_in <= 0) OVER (),

@@ -64,6 +64,7 @@ class Statements(Queries):
     purge_queue: Query[None]
     queue_stats: Query[QueueStatsRow]
     send_messages: Query[SentRow]
+    send_untenanted_messages: Query[SentRow]
     claim_messages: Query[StandardClaimRow]
     claim_waiting_messages: Query[StandardClaimRow]
     claim_ready_messages: Query[ReadyClaimRow]

@@ -189,3 +189,16 @@ async def test_concurrent_cycles_with_the_horizon_held_lose_and_repeat_nothing(
         await holder.close()
     assert sorted(got) == sorted(sent)
     assert len(set(got)) == len(got) == 240
+
+
+async def test_a_message_received_with_a_visibility_timeout_of_0_is_received_again_at_once(
+    client: httpx.AsyncClient,
+) -> None:
+    """Its lease ends as it is given, in the leases' range, which most claims do
+    not read (floors.py, report_due): the claim that gave it makes the next one
+    read both ranges, however soon it comes."""
+    queue = await make_queue(client, "zero-lease")
+    await send(client, queue, "again")
+    for attempt in range(1, 11):
+        (got,) = await receive(client, queue, visibility_timeout=0)
+        assert got["body"] == "again" and got["receive_count"] == attempt

@@ -40,7 +40,7 @@ def _report(xmin: int, xid: int | None, at: float, ready: float, lease: float,
 def _full(floors: Floors, xmin: int, xid: int | None, at: float, ready: float,
           lease: float) -> None:
     """A claim of both ranges, started from `floors`, that came back full."""
-    floors.learn(_report(xmin, xid, at, ready, lease, read_from=floors), short=False)
+    floors.learn(_report(xmin, xid, at, ready, lease, read_from=floors), full_next=False)
 
 
 class Clock:
@@ -92,7 +92,7 @@ def test_below_the_bound_a_report_is_taken_as_it_is_and_a_floor_only_rises() -> 
     assert floors.ready == _at(4)
     assert floors.lease == _at(10) - MARGIN
     # An older snapshot's lower report, arriving late, moves nothing down.
-    floors.learn(_report(xmin=5, xid=6, at=30, ready=2, lease=2, read_from=None), short=False)
+    floors.learn(_report(xmin=5, xid=6, at=30, ready=2, lease=2, read_from=None), full_next=False)
     assert floors.ready == _at(4) and floors.lease == _at(10) - MARGIN
 
 
@@ -109,7 +109,8 @@ def test_a_claim_that_read_from_above_the_floor_held_teaches_nothing() -> None:
     assert floors.ready == lowered and floors.lease == lowered
     # ...and a claim begun from the old floors does not raise them back: it never
     # read what lies between.
-    floors.learn(_report(xmin=7, xid=8, at=103, ready=103, lease=103, read_from=high), short=False)
+    floors.learn(_report(xmin=7, xid=8, at=103, ready=103, lease=103, read_from=high),
+                 full_next=False)
     assert floors.ready == lowered and floors.lease == lowered
     # One begun from the lowered floors does.
     _full(floors, xmin=9, xid=10, at=104, ready=104, lease=104)
@@ -159,27 +160,27 @@ def test_a_report_is_due_at_first_after_its_interval_and_after_a_short_claim() -
     assert floors.report_due()
     _full(floors, xmin=1, xid=2, at=10, ready=10, lease=10)
     assert not floors.report_due()
-    floors.learn(_unreported(xid=3, at=10.001, read_from=floors), short=False)
+    floors.learn(_unreported(xid=3, at=10.001, read_from=floors), full_next=False)
     assert not floors.report_due()
     clock.now += REPORT_EVERY
     assert floors.report_due()
     floors.learn(_report(xmin=4, xid=5, at=10.02, ready=10, lease=10, read_from=floors),
-                 short=False)
+                 full_next=False)
     assert not floors.report_due()
     # Fewer messages than wanted: the waiting range may be empty, leases may
     # have run out, so the next claim reads both ranges.
-    floors.learn(_unreported(xid=6, at=10.021, read_from=floors), short=True)
+    floors.learn(_unreported(xid=6, at=10.021, read_from=floors), full_next=True)
     assert floors.report_due()
-    floors.learn(None, short=True)
+    floors.learn(None, full_next=True)
     assert floors.report_due()
 
 
 def test_an_unreported_claim_raises_nothing_but_leaves_a_mark_a_report_uses() -> None:
     floors = Floors(Clock())
-    floors.learn(_unreported(xid=7, at=10, read_from=floors), short=False)
-    floors.learn(_unreported(xid=9, at=11, read_from=floors), short=False)
+    floors.learn(_unreported(xid=7, at=10, read_from=floors), full_next=False)
+    floors.learn(_unreported(xid=9, at=11, read_from=floors), full_next=False)
     assert floors.params() == {"ready_floor": None, "lease_floor": None}
     # A report whose xmin passed 7 but not 9: no higher than 7's time.
     floors.learn(_report(xmin=8, xid=None, at=12, ready=12, lease=12, read_from=floors),
-                 short=False)
+                 full_next=False)
     assert floors.ready == floors.lease == _at(10) - MARGIN

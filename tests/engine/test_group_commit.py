@@ -334,7 +334,7 @@ def test_a_plain_claim_takes_the_lean_statement_and_the_rest_the_full_one() -> N
     assert _claim_query((redriven, 30), [Take(1)]) is Q.claim_messages
     # Once a claim came back full and reported, the waiting range alone.
     for claimed in (plain, redriven):
-        claimed.floors.learn(None, short=False)
+        claimed.floors.learn(None, full_next=False)
         claimed.floors._report_at = float("inf")
     assert _claim_query((plain, 30), [Take(1), Take(10)]) is Q.claim_ready_waiting_messages
     assert _claim_query((plain, 30), acking) is Q.claim_waiting_messages
@@ -381,3 +381,44 @@ async def test_the_lean_claim_writes_and_returns_what_the_full_claim_does(
         assert [r["receive_count"] for r in again] == [2]
         assert stored == {"receive_count": 2, "leased": True, "claimed": True, "fenced": True,
                           "first": True, "at": True}
+
+
+def test_a_send_naming_no_tenant_takes_the_statement_without_the_tenants_pass() -> None:
+    from app.queue.grouped import Outgoing, _send_query
+    from app.queue.sql import Q
+
+    plain = Outgoing("a", "{}", None, None, 0, None)
+    tenanted = plain._replace(tenant="acme")
+    assert _send_query((1, 345600), [plain, plain]) is Q.send_untenanted_messages
+    assert _send_query((1, 345600), [plain, tenanted]) is Q.send_messages
+    assert _send_query((1, 345600), [plain._replace(tenant="")]) is Q.send_messages
+
+
+async def test_both_sends_write_the_same_message_and_only_one_lowers_a_tenants_bound(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """send_untenanted_messages is send_messages without the tenants' pass: the
+    same columns written and returned for a message naming no tenant."""
+    from app.queue.sql import Q
+
+    written = {}
+    for name, query, tenant in (("full", Q.send_messages, "acme"),
+                                ("untenanted", Q.send_untenanted_messages, None)):
+        queue = await make_queue(client, f"send-{name}")
+        queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
+        params = {"queue_id": queue_id, "retention": 345600, "bodies": ["b"],
+                  "attributes": ["{}"], "attribute_types": [None], "sender_ids": [None],
+                  "delays": [2], "not_befores": [None], "trace_headers": [None],
+                  "tenants": [tenant]}
+        (row,) = await db.fetch(query.sql, *[params[p] for p in query.params])
+        stored = await db.fetchrow(
+            "SELECT body, leased, receive_count, visible_at - sent_at AS delay"
+            " FROM leaseq.messages WHERE queue_id = $1", queue_id)
+        tenants = await db.fetchval(
+            "SELECT count(*) FROM leaseq.tenants WHERE queue_id = $1", queue_id)
+        written[name] = (set(row.keys()), float(row["due_in"]), dict(stored), tenants)
+    full, untenanted = written["full"], written["untenanted"]
+    assert full[0] == untenanted[0]
+    assert 1.9 < untenanted[1] <= 2.0 and 1.9 < full[1] <= 2.0
+    assert full[2] == untenanted[2]
+    assert (full[3], untenanted[3]) == (1, 0)
