@@ -166,9 +166,8 @@ def _send_weight(items: list[Outgoing] | list[FifoOutgoing]) -> int:
 
 def _send_query(key: SendKey, flat: list[Outgoing]) -> Query[Any]:
     """send_untenanted_messages unless a message names a tenant."""
-    if any(m.tenant is not None for m in flat):
-        return Q.send_messages
-    return Q.send_untenanted_messages
+    tenanted = any(m.tenant is not None for m in flat)
+    return Q.send_messages if tenanted else Q.send_untenanted_messages
 
 
 SEND: Grouped[SendKey, Outgoing, list[SentRow]] = Grouped(
