@@ -58,12 +58,12 @@ WITH
 written AS MATERIALIZED (
     SELECT CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END AS at
 )
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 SET visible_at = written.at + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST($1 AS bigint[]), CAST($2 AS uuid[]),
             CAST($3 AS integer[])) AS h(id, token, visibility_timeout),
-     leaseq.messages AS before, written
+     leaseq.messages_g0 AS before, written
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = $4
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,

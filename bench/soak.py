@@ -30,9 +30,9 @@ from bench.longpoll import database_url
 RESULTS = Path(__file__).parent / "results"
 
 SIZES = """
-WITH t AS (SELECT * FROM pg_stat_user_tables WHERE relid = 'leaseq.messages'::regclass)
-SELECT pg_relation_size('leaseq.messages') AS heap,
-       pg_indexes_size('leaseq.messages') AS indexes,
+WITH t AS (SELECT * FROM pg_stat_user_tables WHERE relid = 'leaseq.messages_g0'::regclass)
+SELECT pg_relation_size('leaseq.messages_g0') AS heap,
+       pg_indexes_size('leaseq.messages_g0') AS indexes,
        (SELECT n_live_tup FROM t) AS live,
        (SELECT n_dead_tup FROM t) AS dead,
        (SELECT autovacuum_count FROM t)

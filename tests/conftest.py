@@ -128,6 +128,18 @@ def drop_sql_api_role(database: str) -> str:
 
 
 @pytest.fixture
+async def empty_database(server_url: str) -> AsyncIterator[str]:
+    """A database of its own for one test, with nothing in it: migrations start here."""
+    name = f"leaseq_m_{uuid.uuid4().hex[:10]}"
+    await _admin(server_url, f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(server_url, name)
+    finally:
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                     drop_sql_api_role(name))
+
+
+@pytest.fixture
 async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
     """A fresh, migrated database of its own for one test."""
     name = f"leaseq_t_{uuid.uuid4().hex[:12]}"

@@ -43,7 +43,7 @@ SELECT current_setting('autovacuum')::boolean AS server_on,
        current_setting('track_counts')::boolean AS track_counts,
        coalesce((SELECT option_value::boolean
                  FROM pg_class AS c, pg_options_to_table(c.reloptions)
-                 WHERE c.oid = to_regclass('leaseq.messages')
+                 WHERE c.oid = to_regclass('leaseq.messages_g0')
                    AND option_name = 'autovacuum_enabled'), true) AS table_on;
 
 -- name: durability

@@ -255,7 +255,7 @@ WITH
 -- fragment: sent
 -- The messages send_messages inserts, in input order.
 sent AS (
-    INSERT INTO leaseq.messages (queue_id, body, attributes, attribute_types, sender_id, trace_header,
+    INSERT INTO leaseq.messages_g0 (queue_id, body, attributes, attribute_types, sender_id, trace_header,
                           tenant, sent_at, visible_at)
     SELECT :queue_id, m.body, CAST(m.attributes AS jsonb), CAST(m.attribute_types AS jsonb),
            m.sender_id, m.trace_header, m.tenant, written.at,
@@ -323,7 +323,7 @@ SET visible_at        = written.at + CAST(:visibility_timeout AS integer) * inte
 -- grow with the queue's history.
 waiting AS (
     SELECT c.id, c.visible_at, c.receive_count, false AS lapsed
-    FROM leaseq.messages AS c
+    FROM leaseq.messages_g0 AS c
     WHERE c.queue_id = :queue_id AND NOT c.leased
       AND c.visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
       AND c.visible_at <= statement_timestamp()
@@ -366,7 +366,7 @@ CAST(NULL AS bigint) AS snapshot_xmin, now() AS looked_at
 {{waiting}},
 run_out AS (
     SELECT c.id, c.visible_at, c.receive_count, true AS lapsed
-    FROM leaseq.messages AS c
+    FROM leaseq.messages_g0 AS c
     WHERE c.queue_id = :queue_id AND c.leased
       AND c.visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
       AND c.visible_at <= statement_timestamp()
@@ -390,13 +390,13 @@ floors AS (
     -- sweep), else now. With the floors it read from, the snapshot's xmin and
     -- the time this claim's transaction began.
     SELECT least(
-               (SELECT min(f.visible_at) FROM leaseq.messages AS f
+               (SELECT min(f.visible_at) FROM leaseq.messages_g0 AS f
                 WHERE f.queue_id = :queue_id AND NOT f.leased
                   AND f.visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
                   AND f.visible_at <= statement_timestamp()),
                statement_timestamp()) AS ready_floor,
            least(
-               (SELECT min(f.visible_at) FROM leaseq.messages AS f
+               (SELECT min(f.visible_at) FROM leaseq.messages_g0 AS f
                 WHERE f.queue_id = :queue_id AND f.leased
                   AND f.visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
                   AND f.visible_at <= statement_timestamp()),
@@ -496,7 +496,7 @@ WITH
 -- fragment: acked
 -- The acknowledgements riding on a claim (claim_messages), deleted by it.
 acked AS (
-    DELETE FROM leaseq.messages AS m
+    DELETE FROM leaseq.messages_g0 AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
@@ -507,7 +507,7 @@ acked AS (
 -- What claim_messages does with its candidates and floors: dead-letters those
 -- received max_receive_count times, claims the others, and answers.
 dead AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{dead_letter}}
     FROM candidates AS c, written
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
@@ -517,7 +517,7 @@ dead_letter_tenants AS (
     {{dead_letter_tenants}}
 ),
 claimed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{claim}}
     FROM candidates AS c, written
     WHERE m.id = c.id
@@ -556,7 +556,7 @@ WITH
 WITH
 {{written}},
 {{waiting}}
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 {{claim}}
 FROM waiting AS c, written
 WHERE m.id = c.id
@@ -570,7 +570,7 @@ RETURNING
 -- fragment: ready_claim_tail
 -- What claim_ready_messages does with its candidates and floors.
 claimed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{claim}}
     FROM candidates AS c, written
     WHERE m.id = c.id
@@ -612,7 +612,7 @@ LEFT JOIN claimed ON true;
 WITH
 {{written}},
 acked AS (
-    DELETE FROM leaseq.messages AS m
+    DELETE FROM leaseq.messages_g0 AS m
     USING unnest(CAST(:ack_ids AS bigint[]), CAST(:ack_tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.tenant,
@@ -641,7 +641,7 @@ heads AS (
     FROM walked AS w
     CROSS JOIN LATERAL (
         SELECT c.id, c.visible_at
-        FROM leaseq.messages AS c
+        FROM leaseq.messages_g0 AS c
         WHERE c.queue_id = :queue_id AND c.tenant = w.tenant
           AND c.sent_at > statement_timestamp()
                           - CAST(:retention AS integer) * interval '1 second'
@@ -661,7 +661,7 @@ candidates AS (
              ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END, h.visible_at, h.id
              LIMIT 2 * CAST(:max AS integer) + 10))
          WITH ORDINALITY AS r(id, place)
-    JOIN leaseq.messages AS c ON c.id = r.id
+    JOIN leaseq.messages_g0 AS c ON c.id = r.id
     WHERE c.queue_id = :queue_id
       AND c.visible_at <= statement_timestamp()
       AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
@@ -671,7 +671,7 @@ candidates AS (
     FOR UPDATE OF c SKIP LOCKED
 ),
 dead AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{dead_letter}}
     FROM candidates AS c, written
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
@@ -681,7 +681,7 @@ dead_letter_tenants AS (
     {{dead_letter_tenants}}
 ),
 claimed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{claim}}
     FROM candidates AS c, written
     WHERE m.id = c.id
@@ -725,7 +725,7 @@ bounds AS (
                CASE WHEN n.walked AND (n.next_at IS NOT NULL OR n.read <= CAST(:max AS integer))
                     THEN n.next_at
                     ELSE (SELECT c.visible_at
-                          FROM leaseq.messages AS c
+                          FROM leaseq.messages_g0 AS c
                           WHERE c.queue_id = :queue_id AND c.tenant = n.tenant
                             AND c.sent_at > statement_timestamp()
                                             - CAST(:retention AS integer) * interval '1 second'
@@ -798,7 +798,7 @@ CASE WHEN t.version = (SELECT s.version FROM leaseq.tenants AS s
 -- last message this was leaves the claims' walk now, not when its lease
 -- would have ended), under the same version check.
 WITH deleted AS (
-    DELETE FROM leaseq.messages AS m
+    DELETE FROM leaseq.messages_g0 AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.tenant,
@@ -809,7 +809,7 @@ counted AS (
     INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, ready_at)
     SELECT :queue_id, d.tenant, -count(*), coalesce(sum(d.held), 0),
            (SELECT c.visible_at
-            FROM leaseq.messages AS c
+            FROM leaseq.messages_g0 AS c
             WHERE c.queue_id = :queue_id AND c.tenant = d.tenant
               AND c.id <> ALL (ARRAY(SELECT id FROM deleted))
             ORDER BY c.visible_at
@@ -840,12 +840,12 @@ SELECT id, held FROM deleted;
 WITH
 {{written}},
 changed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     SET visible_at = written.at + h.visibility_timeout * interval '1 second',
         leased     = h.visibility_timeout > 0
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
                 CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-         leaseq.messages AS before, written
+         leaseq.messages_g0 AS before, written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.tenant, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -866,7 +866,7 @@ SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 -- What a give-back writes (give_back_claims, give_back_fair_claims): the
 -- messages of claims that reached no one visible again from the moment of the
 -- write (the fragment written), and the receive each claim counted taken back.
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 SET visible_at        = written.at,
     leased            = false,
     receive_count     = m.receive_count - 1,
@@ -1174,27 +1174,27 @@ LIMIT :limit;
 -- floors where it looks back: floored_candidates).
 SELECT extract(epoch FROM least(
            (SELECT min(visible_at)
-            FROM leaseq.messages
+            FROM leaseq.messages_g0
             WHERE queue_id = :queue_id AND NOT leased
               AND visible_at > statement_timestamp()
               AND sent_at > statement_timestamp()
                             - CAST(:retention AS integer) * interval '1 second'),
            (SELECT min(visible_at)
-            FROM leaseq.messages
+            FROM leaseq.messages_g0
             WHERE queue_id = :queue_id AND leased
               AND visible_at > statement_timestamp()
               AND sent_at > statement_timestamp()
                             - CAST(:retention AS integer) * interval '1 second'))
            - statement_timestamp()) AS due_in,
        EXISTS (SELECT 1
-               FROM leaseq.messages
+               FROM leaseq.messages_g0
                WHERE queue_id = :queue_id AND NOT leased
                  AND visible_at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
                  AND visible_at <= statement_timestamp()
                  AND sent_at > statement_timestamp()
                                - CAST(:retention AS integer) * interval '1 second')
        OR EXISTS (SELECT 1
-                  FROM leaseq.messages
+                  FROM leaseq.messages_g0
                   WHERE queue_id = :queue_id AND leased
                     AND visible_at >= coalesce(CAST(:lease_floor AS timestamptz), '-infinity')
                     AND visible_at <= statement_timestamp()
@@ -1211,12 +1211,12 @@ SELECT extract(epoch FROM least(
 -- sooner can wake waiting receivers (an extension, the common case, does not).
 WITH
 {{written}}
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 SET visible_at = written.at + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
             CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-     leaseq.messages AS before, written
+     leaseq.messages_g0 AS before, written
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -1263,7 +1263,7 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 WITH
 {{written}},
 released AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     SET visible_at = written.at + make_interval(secs => coalesce(
             CAST(:delay AS double precision),
             least(q.retry_max,
@@ -1290,7 +1290,7 @@ SELECT delay, visible_at FROM released;
 -- plan: cached (rows by primary key)
 -- Acknowledgement, conditional on the claim; `held`: seconds from the claim to
 -- now, the lease held time (NULL for a claim made before it was recorded).
-DELETE FROM leaseq.messages AS m
+DELETE FROM leaseq.messages_g0 AS m
 USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
 RETURNING m.id,
@@ -1303,7 +1303,7 @@ RETURNING m.id,
 -- conditional on the claim.
 WITH
 {{written}}
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 SET checkpoint = CAST(:cursor AS jsonb),
     visible_at = written.at + CAST(:visibility_timeout AS integer) * interval '1 second',
     leased     = true
@@ -1514,7 +1514,7 @@ SELECT current_setting('autovacuum')::boolean
        coalesce(s.n_live_tup, 0) AS live
 FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = CAST('leaseq.messages' AS regclass);
+WHERE c.oid = CAST('leaseq.messages_g0' AS regclass);
 
 -- name: try_maintenance_lock
 -- returns: LockedRow
@@ -1662,7 +1662,7 @@ accepted AS (
     RETURNING d.scope, d.deduplication_id, d.message_id, d.sequence_number, d.expires_at
 ),
 sent AS (
-    INSERT INTO leaseq.messages (queue_id, message_id, body, attributes, attribute_types, sender_id,
+    INSERT INTO leaseq.messages_g0 (queue_id, message_id, body, attributes, attribute_types, sender_id,
                           group_id, sequence_number, deduplication_id, trace_header, visible_at)
     SELECT :queue_id, n.message_id, n.body, CAST(n.attributes AS jsonb),
            CAST(n.attribute_types AS jsonb), n.sender_id, n.group_id, n.sequence_number,
@@ -1744,7 +1744,7 @@ window_rows AS (
     FROM seen AS l
     LEFT JOIN LATERAL (
         SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased, m.sent_at
-        FROM leaseq.messages AS m
+        FROM leaseq.messages_g0 AS m
         WHERE m.queue_id = :queue_id AND m.group_id = l.group_id
           AND m.sent_at > statement_timestamp()
                           - CAST(:retention AS integer) * interval '1 second'
@@ -1792,7 +1792,7 @@ stale AS (
 ),
 locked AS (
     SELECT m.id
-    FROM leaseq.messages AS m
+    FROM leaseq.messages_g0 AS m
     WHERE m.id IN (SELECT id FROM wanted UNION ALL SELECT id FROM stale)
       AND m.queue_id = :queue_id
       AND m.visible_at <= statement_timestamp()
@@ -1806,7 +1806,7 @@ granted AS (
     HAVING bool_and(l.id IS NOT NULL)
 ),
 dead AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{dead_letter}}
     FROM wanted AS w, written
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
@@ -1823,7 +1823,7 @@ dead_groups AS (
         version    = g.version + 1
 ),
 claimed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     {{claim}}
     FROM wanted AS w, written
     WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
@@ -1835,7 +1835,7 @@ claimed AS (
         w.group_rank
 ),
 revoked AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     SET claim_token = NULL, fencing_token = NULL, leased = false
     FROM stale AS s
     WHERE m.id = s.id AND s.group_id IN (SELECT group_id FROM granted)
@@ -1891,7 +1891,7 @@ SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
 -- be claimable now (their hint lowered, their version moved on), and their
 -- waiting receivers are woken.
 WITH deleted AS (
-    DELETE FROM leaseq.messages AS m
+    DELETE FROM leaseq.messages_g0 AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.group_id,
@@ -1924,12 +1924,12 @@ FROM deleted AS d;
 -- change_visibility for a FIFO queue: a change that makes a message visible
 -- sooner (a release, a shorter lease) may make its group claimable sooner.
 WITH changed AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
         leased     = h.visibility_timeout > 0
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
                 CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-         leaseq.messages AS before
+         leaseq.messages_g0 AS before
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.group_id, m.visible_at AS lease_expires_at, h.visibility_timeout,
@@ -1959,7 +1959,7 @@ SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 -- replaced by another claim. SQS refuses such a handle on a FIFO queue.
 SELECT h.id, h.token
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
-JOIN leaseq.messages AS m ON m.id = h.id AND m.queue_id = :queue_id
+JOIN leaseq.messages_g0 AS m ON m.id = h.id AND m.queue_id = :queue_id
 WHERE m.claim_token IS DISTINCT FROM h.token OR NOT m.leased
    OR m.visible_at <= statement_timestamp();
 
@@ -1976,7 +1976,7 @@ FROM (SELECT group_id
       FROM leaseq.message_groups
       WHERE queue_id = :queue_id
         AND (CAST(:ids AS bigint[]) IS NULL
-             OR group_id IN (SELECT group_id FROM leaseq.messages
+             OR group_id IN (SELECT group_id FROM leaseq.messages_g0
                              WHERE id = ANY (CAST(:ids AS bigint[])) AND queue_id = :queue_id))
       ORDER BY group_id
       FOR NO KEY UPDATE) AS t
@@ -1988,7 +1988,7 @@ WHERE g.queue_id = :queue_id AND g.group_id = t.group_id;
 -- give_back_claims for a FIFO queue: the groups of the messages given back
 -- are claimable again at once.
 WITH given AS (
-    UPDATE leaseq.messages AS m
+    UPDATE leaseq.messages_g0 AS m
     SET visible_at        = statement_timestamp(),
         leased            = false,
         receive_count     = m.receive_count - 1,
@@ -2057,7 +2057,7 @@ SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts
 -- A FIFO receive retried with the ReceiveRequestAttemptId of one in the last
 -- five minutes: the messages that receive claimed which its claims still
 -- hold, with the same receipt handles, their leases set from now again.
-UPDATE leaseq.messages AS m
+UPDATE leaseq.messages_g0 AS m
 SET visible_at = statement_timestamp() + a.visibility_timeout * interval '1 second',
     leased     = true
 FROM leaseq.receive_attempts AS a,

@@ -63,7 +63,7 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
         await tx.rollback()
     (explained,) = json.loads(row[0])
     nodes = _nodes(explained["Plan"])
-    scans = [n for n in nodes if n.get("Relation Name") in ("messages", "message_groups")]
+    scans = [n for n in nodes if n.get("Relation Name") in ("messages_g0", "message_groups")]
     text = "\n".join(r[0] for r in text_plan)
     assert not any(n["Node Type"] == "Seq Scan" for n in scans), text
     assert any(n.get("Index Name") == "messages_group_order" for n in scans), text

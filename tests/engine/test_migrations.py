@@ -4,13 +4,10 @@ and upgrades again."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from alembic.script import ScriptDirectory
-from conftest import drop_sql_api_role, with_database
 from processes import LEASEQ, service_env
 from support import eventually
 
@@ -18,24 +15,10 @@ from alembic import command
 from app.db.engine import plain_url
 from app.db.migrate import MIGRATION_LOCK, alembic_config, upgrade
 
-
-@pytest.fixture
-async def empty_database(server_url: str) -> AsyncIterator[str]:
-    name = f"leaseq_m_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(server_url, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(drop_sql_api_role(name))
-        await admin.close()
-
-
 SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
     "message_groups", "message_deduplication", "receive_attempts", "grants", "watches",
-    "tenants", "dashboard_sessions",
+    "tenants", "dashboard_sessions", "messages_g0",
 }
 
 
@@ -93,7 +76,7 @@ async def test_the_messages_table_is_vacuumed_by_dead_tuples_not_by_its_size(
     conn = await asyncpg.connect(plain_url(empty_database))
     try:
         options = await conn.fetchval(
-            "SELECT reloptions FROM pg_class WHERE relname = 'messages'"
+            "SELECT reloptions FROM pg_class WHERE relname = 'messages_g0'"
         )
     finally:
         await conn.close()
@@ -171,7 +154,7 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     conn = await asyncpg.connect(plain_url(empty_database))
     try:
         assert await _public_tables(conn) >= SCHEMA - {
-            "grants", "watches", "tenants", "dashboard_sessions"}
+            "grants", "watches", "tenants", "dashboard_sessions", "messages_g0"}
         # What a running deployment holds: a standard and a FIFO queue with
         # messages (one in flight), a group, a deduplication id, keys.
         await conn.execute(
@@ -210,10 +193,13 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     try:
         assert await _public_tables(conn) == {"orders"}
         after = await conn.fetch("SELECT * FROM leaseq.messages ORDER BY id")
-        # Each column as it was; a column added since (0014's tenant) empty.
+        # Each column as it was; the columns added since empty (0014's tenant) or
+        # generation 0 (0022).
         assert [{k: r[k] for k in before[0].keys()} for r in after] == [
             dict(r) for r in before]
-        assert {k for k in after[0].keys() if k not in before[0].keys()} == {"tenant"}
+        assert {k for k in after[0].keys() if k not in before[0].keys()} == {
+            "tenant", "generation"}
+        assert {r["generation"] for r in after} == {0}
         assert {r["tenant"] for r in after} == {None}
         assert [dict(r)["name"] for r in await conn.fetch(
             "SELECT * FROM leaseq.queues ORDER BY id")] == [q["name"] for q in queues]

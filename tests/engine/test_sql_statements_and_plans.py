@@ -72,7 +72,7 @@ async def test_the_claim_keeps_its_index_when_the_table_fills_after_being_empty(
     params = {"queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 1,
               "dead_letter_queue_id": None, "max_receive_count": None,
               "ack_ids": [], "ack_tokens": [], "ready_floor": None, "lease_floor": None}
-    scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages'"
+    scans = "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'messages_g0'"
     connector: Connector = client.app.state.db  # type: ignore[attr-defined]
     async with connector.session() as session:  # a connection of the service's pool
         for _ in range(10):

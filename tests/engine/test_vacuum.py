@@ -12,7 +12,7 @@ from app.queue.vacuum import DEAD_TUPLES, vacuum_if_needed
 
 STATS = """
 SELECT n_dead_tup, vacuum_count
-FROM pg_stat_user_tables WHERE relid = 'leaseq.messages'::regclass
+FROM pg_stat_user_tables WHERE relid = 'leaseq.messages_g0'::regclass
 """
 
 
@@ -28,7 +28,7 @@ async def _dead_tuples(db: asyncpg.Connection, queue_id: int, count: int) -> Non
 async def test_the_service_vacuums_the_table_when_autovacuum_is_off_for_it(
     app_factory: Any, db: asyncpg.Connection
 ) -> None:
-    await db.execute("ALTER TABLE leaseq.messages SET (autovacuum_enabled = false)")
+    await db.execute("ALTER TABLE leaseq.messages_g0 SET (autovacuum_enabled = false)")
     client: httpx.AsyncClient = await app_factory(vacuum_check_seconds=0.2)
     await make_queue(client, "churn")
     queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'churn'")
@@ -48,11 +48,11 @@ async def test_nothing_is_done_below_the_threshold_or_while_autovacuum_runs(
     db_: Any = client.app.state.db  # type: ignore[attr-defined]
     await make_queue(client, "churn")
     queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = 'churn'")
-    await db.execute("ALTER TABLE leaseq.messages SET (autovacuum_enabled = false)")
+    await db.execute("ALTER TABLE leaseq.messages_g0 SET (autovacuum_enabled = false)")
     await _dead_tuples(db, queue_id, 100)
     assert await vacuum_if_needed(db_) is False  # too few dead tuples
     await _dead_tuples(db, queue_id, DEAD_TUPLES + 500)
-    await db.execute("ALTER TABLE leaseq.messages SET (autovacuum_enabled = true)")
+    await db.execute("ALTER TABLE leaseq.messages_g0 SET (autovacuum_enabled = true)")
     autovacuum = await db.fetchval("SELECT current_setting('autovacuum')::boolean")
     # Where the server runs autovacuum, it is left to it; where it does not
     # (some CI servers), the table's own setting cannot turn it on.

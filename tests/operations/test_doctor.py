@@ -113,7 +113,7 @@ def _behind(url: str) -> Broken:
 
 
 def _no_autovacuum(url: str) -> Broken:
-    _sql(url, "ALTER TABLE leaseq.messages SET (autovacuum_enabled = false)")
+    _sql(url, "ALTER TABLE leaseq.messages_g0 SET (autovacuum_enabled = false)")
     return (), {}, ()
 
 
