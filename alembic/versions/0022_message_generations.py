@@ -25,7 +25,9 @@ operators' own SQL) reads the parent.
 
 How, online. Each step is its own transaction, retried until it gets its
 locks, none of which waits longer than 200 ms (so that sends, claims and
-acknowledgements queued behind it wait no longer either):
+acknowledgements queued behind it wait no longer either), and none tried while
+a transaction older than a second holds a lock on the table (a pg_dump holds
+ACCESS SHARE on it until it ends: the migration waits for it, not the cycle):
 1. the column `generation` (a constant default: no rewrite) and a CHECK
    (generation = 0) NOT VALID, brief ACCESS EXCLUSIVE;
 2. that CHECK validated: a scan under SHARE UPDATE EXCLUSIVE, which sends,
@@ -42,6 +44,8 @@ During a rolling upgrade, a process of an earlier version names
 correctly and a little slower, until it is replaced.
 """
 
+import logging
+import time
 from collections.abc import Sequence
 
 from sqlalchemy.exc import DBAPIError
@@ -52,6 +56,8 @@ revision: str = "0022"
 down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+_log = logging.getLogger("leaseq.migrate")
 
 LOCK_NOT_AVAILABLE = "55P03"
 LOCK_WAIT = "200ms"
@@ -188,17 +194,44 @@ $$
 """
 
 
+# A session that has held a lock on the table for a while (a pg_dump holds ACCESS
+# SHARE on every table it dumps until it ends; a report; a migration of the
+# application's): a try would only wait behind it, and every statement queued
+# behind the try with it.
+_LONG_HOLDER = """
+SELECT a.pid, coalesce(nullif(a.application_name, ''), a.backend_type) AS who,
+       a.xact_start
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.relation = to_regclass('leaseq.messages')
+  AND a.xact_start < clock_timestamp() - interval '1 second'
+ORDER BY a.xact_start
+LIMIT 1
+"""
+
+
 def _retried(sql: str) -> None:
-    """Run one step, again whenever it could not get its locks in time: what
-    waits behind a step waits at most LOCK_WAIT for each try, and nothing between
-    two tries."""
+    """Run one step, again whenever it could not get its locks in time. What
+    waits behind a try waits at most LOCK_WAIT, nothing between two tries, and no
+    try is made while a long transaction holds a lock on the table."""
+    pause = 0.05
     while True:
+        holder = op.get_bind().exec_driver_sql(_LONG_HOLDER).first()
+        if holder is not None:
+            if pause >= 1.0:
+                _log.warning("migration 0022 waits for pid %s (%s, in a transaction since "
+                             "%s), which holds a lock on leaseq.messages", *holder)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+            continue
         try:
             op.get_bind().exec_driver_sql(sql)
             return
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
 
 
 def _swapped() -> bool:

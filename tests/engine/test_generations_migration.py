@@ -1,15 +1,19 @@
 """Migration 0022 takes the messages table to the partitioned layout online: a
 table of 1,000,000 messages, workers sending, claiming and acknowledging all
 along, none of their statements waiting a second for a lock, nothing lost or
-changed."""
+changed; and while a long transaction holds a lock on the table (a pg_dump), no
+try of the migration's queues the workers behind it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncpg
+import pytest
+from support import eventually
 
 from alembic import command
 from app.db.engine import plain_url
@@ -47,11 +51,12 @@ class Load:
     cycles: int = 0
 
 
-async def _work(url: str, queue_id: int, load: Load, stop: asyncio.Event, n: int) -> None:
+async def _work(url: str, queue_id: int, load: Load, stop: asyncio.Event, n: int,
+                lock_wait: str = "1s") -> None:
     conn = await asyncpg.connect(url)
     try:
-        # A statement that waits a second for a lock fails, and the test with it.
-        await conn.execute("SET lock_timeout = '1s'")
+        # A statement that waits longer for a lock fails, and the test with it.
+        await conn.execute(f"SET lock_timeout = '{lock_wait}'")
         while not stop.is_set():
             load.sent.add(await conn.fetchval(_SEND, queue_id, f"load {n}"))
             claimed = await conn.fetchrow(_CLAIM, queue_id)
@@ -187,4 +192,50 @@ async def test_downgrade_takes_generation_0_back_as_the_table(empty_database: st
         await asyncio.to_thread(upgrade, empty_database)
         assert await conn.fetchval("SELECT count(*) FROM leaseq.messages_g0") == 6
     finally:
+        await conn.close()
+
+
+async def test_the_migration_waits_for_a_long_holder_without_queueing_the_cycle_behind_it(
+    empty_database: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A transaction holding a lock on the table (as pg_dump holds ACCESS SHARE until
+    it ends): the migration makes no try while it lasts, so the workers, which here
+    may wait no more than 150 ms for a lock (a try waits up to 200 ms, and they
+    would wait behind it), never do; it names the holder, and finishes after it."""
+    await _at(empty_database, "0021")
+    url = plain_url(empty_database)
+    conn, holder = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        queue_id = await conn.fetchval(
+            "INSERT INTO leaseq.queues (name) VALUES ('q') RETURNING id")
+        await conn.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
+                           "SELECT $1, 'm', now() FROM generate_series(1, 1000)", queue_id)
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT count(*) FROM leaseq.messages")
+        pid = holder.get_server_pid()
+
+        async def held_long() -> bool:  # what the migration takes for a long holder
+            return bool(await conn.fetchval(
+                "SELECT xact_start < clock_timestamp() - interval '1.1 seconds' "
+                "FROM pg_stat_activity WHERE pid = $1", pid))
+
+        await eventually(held_long)
+        load, stop = Load(), asyncio.Event()
+        workers = [asyncio.create_task(_work(url, queue_id, load, stop, n, lock_wait="150ms"))
+                   for n in range(2)]
+        caplog.set_level(logging.WARNING, logger="leaseq.migrate")
+        migration = asyncio.create_task(asyncio.to_thread(upgrade, empty_database))
+        named = f"waits for pid {pid} "
+        await _wait_for(lambda: any(named in r.getMessage() for r in caplog.records), workers)
+        assert not migration.done()
+        held = load.cycles
+        await _wait_for(lambda: load.cycles >= held + 50, workers)
+        await holder.execute("ROLLBACK")
+        await migration
+        stop.set()
+        await asyncio.gather(*workers)
+        assert await conn.fetchval(
+            "SELECT relkind::text FROM pg_class WHERE oid = 'leaseq.messages'::regclass") == "p"
+    finally:
+        await holder.close()
         await conn.close()
