@@ -66,11 +66,9 @@ class Service:
                 total += times.user + times.system
         return total
 
-    def database_cpu_seconds(self) -> float:
-        """CPU seconds of the PostgreSQL serving the bench: its postmaster's own,
-        its live processes', and those of the processes it has reaped (a client
-        connection's backend ends with it). The embedded server, else the
-        server DATABASE_URL names (with whatever else that server serves)."""
+    def postmasters(self) -> list[psutil.Process]:
+        """The PostgreSQL serving the bench: the embedded server, else every
+        server running here (the one DATABASE_URL names among them)."""
         postmasters = [
             proc for proc in psutil.process_iter(["name", "ppid", "cmdline"])
             if proc.info["name"] in ("postgres", "postmaster")
@@ -80,7 +78,13 @@ class Service:
         pgdata = str((self.data_dir / "pgdata").resolve())
         embedded = [p for p in postmasters
                     if any(pgdata in part for part in p.info["cmdline"] or [])]
-        return sum(postmaster_cpu_seconds(postmaster) for postmaster in embedded or postmasters)
+        return embedded or postmasters
+
+    def database_cpu_seconds(self) -> float:
+        """CPU seconds of the PostgreSQL serving the bench: its postmaster's own,
+        its live processes', and those of the processes it has reaped (a client
+        connection's backend ends with it), with whatever else that server serves."""
+        return sum(postmaster_cpu_seconds(postmaster) for postmaster in self.postmasters())
 
     def rss_bytes(self, *, peak: bool = False) -> int:
         """Resident memory of the service's processes, summed: now, or the most
@@ -110,6 +114,33 @@ def postmaster_cpu_seconds(postmaster: psutil.Process) -> float:
                 times = child.cpu_times()
                 total += times.user + times.system
     return total
+
+
+_ROLES = """
+SELECT pid, CASE WHEN backend_type <> 'client backend' THEN backend_type
+                 WHEN query ILIKE 'LISTEN%' THEN 'listener (LISTEN)'
+                 WHEN application_name <> '' THEN application_name
+                 ELSE 'client backend' END AS role
+FROM pg_stat_activity
+"""
+
+ENDED = "ended (autovacuum workers, closed connections)"
+
+
+def cpu_by_role(postmaster: psutil.Process, url: str) -> dict[str, float]:
+    """CPU seconds so far of a server's processes by what they do (backend type,
+    else application name); the processes that ended (autovacuum workers, closed
+    connections) together."""
+    roles = {int(pid): role for pid, role in fetch_rows(url, _ROLES)}
+    times = postmaster.cpu_times()
+    found = {"postmaster": times.user + times.system,
+             ENDED: times.children_user + times.children_system}
+    for child in postmaster.children():
+        with contextlib.suppress(psutil.Error):
+            child_times = child.cpu_times()
+            role = roles.get(child.pid, "other")
+            found[role] = found.get(role, 0.0) + child_times.user + child_times.system
+    return found
 
 
 @contextlib.contextmanager
@@ -238,6 +269,18 @@ def fetch_ids(url: str, sql: str, *args: Any) -> set[str]:
         conn = await asyncpg.connect(url)
         try:
             return {str(r[0]) for r in await conn.fetch(sql, *args)}
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def fetch_rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """A statement's rows, over a connection of its own."""
+    async def fetch() -> list[tuple[Any, ...]]:
+        conn = await asyncpg.connect(url)
+        try:
+            return [tuple(r) for r in await conn.fetch(sql, *args)]
         finally:
             await conn.close()
 

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import apart, minimal
-from bench._harness import Service, call, execute, fetch_ids, find_queue_id, settle, wal_counter
+from bench._harness import (
+    Service,
+    call,
+    cpu_by_role,
+    execute,
+    fetch_ids,
+    find_queue_id,
+    settle,
+    wal_counter,
+)
 from bench._horizon import Holder, SlowDump, dead_rows, holder_age
 
 MINIMAL_QUEUE = 1  # the minimal table's queue column
@@ -92,12 +101,16 @@ def run(service: Service, url: str, plan: Plan, *,
         standing["ids"] = fetch_ids(url, target.remaining_sql, target.remaining_arg)
         return standing["ids"]
 
+    postmaster = service.postmasters()[0]
+
     def window(seconds: float) -> dict[str, Any]:
+        before = cpu_by_role(postmaster, url)
         row = apart.run(
             plan.kind, target.target, target.queue, producers=plan.producers,
             consumers=plan.consumers, batch=plan.batch, backlog=plan.backlog, seconds=seconds,
             processes=plan.processes, prefilled=standing["ids"], remaining=remaining,
             service_cpu=service_cpu, database_cpu=service.database_cpu_seconds, wal_bytes=wal)
+        row["database_us_by_role"] = _per_message(before, cpu_by_role(postmaster, url), row)
         row.update(dead_rows(url, target.table))
         return row
 
@@ -137,6 +150,20 @@ def run(service: Service, url: str, plan: Plan, *,
         "lost": sum(row["lost"] for row in every),
         "duplicated": sum(row["duplicated"] for row in every),
     }
+
+
+def _per_message(before: dict[str, float], after: dict[str, float],
+                 row: dict[str, Any]) -> dict[str, float]:
+    """PostgreSQL's CPU microseconds per message in a window, by what its
+    processes do: the cycle's backends, autovacuum's rounds (among the ended
+    processes), a pg_dump's backend, the checkpointer."""
+    messages = row["messages_per_second"] * row["seconds"]
+    if messages <= 0:
+        return {}
+    spent = {role: (seconds - before.get(role, 0.0)) * 1e6 / messages
+             for role, seconds in after.items()}
+    return {role: round(us, 1) for role, us in sorted(spent.items(), key=lambda kv: -kv[1])
+            if us >= 0.5}
 
 
 def _ratios(row: dict[str, Any], clean: dict[str, Any]) -> dict[str, float | None]:

@@ -172,6 +172,11 @@ def print_held(section: dict[str, Any], title: str) -> None:
                   f"{_x(against):>9}{_k(row['dead_rows']):>10}"
                   f"{_k(row['dead_rows_leaseq']) if run['kind'] == 'rest' else '-':>12}"
                   f"{_k(row.get('holder_age_xids')):>9}{row['lost']:>6}{row['duplicated']:>5}")
+        for label, row, _ in (entries[0], entries[-1]):
+            roles = row.get("database_us_by_role")
+            if roles:
+                spent = ", ".join(f"{role} {us:.0f}" for role, us in list(roles.items())[:5])
+                print(f"  {name + ', ' + label}: PostgreSQL us/msg by process: {spent}")
         holder = run["holder"]
         if not holder["held_to_end"] or holder.get("error"):
             print(f"  (!) {name}: the {holder['holder']} did not hold to the end: {holder}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from app.db.embedded import EmbeddedPostgres, remove
 from bench import apart, cycle, minimal
 from bench._harness import (
     call,
+    cpu_by_role,
     execute,
     fetch_ids,
     find_queue_id,
@@ -56,32 +56,10 @@ def _postgres_cpu(server: EmbeddedPostgres) -> float:
     return 0.0 if pid is None else postmaster_cpu_seconds(psutil.Process(pid))
 
 
-_ROLES = """
-SELECT pid, CASE WHEN backend_type <> 'client backend' THEN backend_type
-                 WHEN query ILIKE 'LISTEN%' THEN 'listener (LISTEN)'
-                 WHEN application_name <> '' THEN application_name
-                 ELSE 'client backend' END AS role
-FROM pg_stat_activity
-"""
-
-
 def _cpu_by_role(server: EmbeddedPostgres, url: str) -> dict[str, float]:
-    """CPU seconds so far of the server's processes by what they do; the
-    processes that ended (autovacuum workers, closed connections) together."""
-    roles = {r["pid"]: r["role"] for r in asyncio.run(_rows(url, _ROLES))}
     pid = server.postmaster_pid()
     assert pid is not None
-    postmaster = psutil.Process(pid)
-    times = postmaster.cpu_times()
-    found = {"postmaster": times.user + times.system,
-             "ended (autovacuum workers, closed connections)":
-                 times.children_user + times.children_system}
-    for child in postmaster.children():
-        with contextlib.suppress(psutil.Error):
-            child_times = child.cpu_times()
-            role = roles.get(child.pid, "other")
-            found[role] = found.get(role, 0.0) + child_times.user + child_times.system
-    return found
+    return cpu_by_role(psutil.Process(pid), url)
 
 
 async def _rows(url: str, sql: str) -> list[asyncpg.Record]:

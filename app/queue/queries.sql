@@ -8,6 +8,12 @@
 -- durations in whole seconds and, back to the claims, the floors they reported
 -- (app/queue/floors.py).
 --
+-- Tables: `leaseq.messages` is partitioned by generation (migration 0022). The
+-- statements on one message or one claim name the generation,
+-- `leaseq.messages_g0`, as cheap as a plain table; through the parent a claim
+-- costs twice as much to plan and to run. What reads a queue whole, and seldom,
+-- reads the parent, so that it will see every generation.
+--
 -- Plans: statements run on connections that plan every execution for its
 -- parameters and the table's current size (app/db/engine.py), except those
 -- marked `-- plan: cached`, whose plan cannot turn bad (rows found by primary
@@ -1505,7 +1511,9 @@ SELECT (SELECT status FROM counted) AS status,
 -- name: messages_vacuum_state
 -- returns: VacuumStateRow
 -- Whether autovacuum looks after the messages table (the server's setting and
--- the table's own), and its dead and live tuples by the cumulative statistics.
+-- the table's own), and its dead and live tuples by the cumulative statistics:
+-- generation 0's, where the rows and the storage settings are (a partitioned
+-- parent has neither).
 SELECT current_setting('autovacuum')::boolean
        AND coalesce((SELECT option_value::boolean
                      FROM pg_options_to_table(c.reloptions)

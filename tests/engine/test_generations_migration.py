@@ -145,17 +145,28 @@ async def _wait_for(done: Callable[[], bool], workers: list[asyncio.Task[None]])
             await asyncio.sleep(0.01)
 
 
+async def _queue_of(conn: asyncpg.Connection, messages: int) -> int:
+    queue_id: int = await conn.fetchval(
+        "INSERT INTO leaseq.queues (name) VALUES ('q') RETURNING id")
+    await conn.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
+                       "SELECT $1, 'm', now() FROM generate_series(1, $2)", queue_id, messages)
+    return queue_id
+
+
+async def _send_one(conn: asyncpg.Connection, queue_id: int) -> int:
+    sent: int = await conn.fetchval("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
+                                    "VALUES ($1, 'n', now()) RETURNING id", queue_id)
+    return sent
+
+
 async def test_a_migration_cut_short_is_taken_up_where_it_stopped(empty_database: str) -> None:
-    """The first two steps done by hand (a try that died before the swap): the
-    next try finds the column and the validated CHECK, and swaps."""
+    """The first step and the sequence done by hand (a try that died before the
+    swap): the next try finds them, validates the CHECK and swaps."""
     await _at(empty_database, "0021")
     url = plain_url(empty_database)
     conn = await asyncpg.connect(url)
     try:
-        queue_id = await conn.fetchval(
-            "INSERT INTO leaseq.queues (name) VALUES ('q') RETURNING id")
-        await conn.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-                           "SELECT $1, 'm', now() FROM generate_series(1, 3)", queue_id)
+        queue_id = await _queue_of(conn, 3)
         await conn.execute(
             "ALTER TABLE leaseq.messages ADD COLUMN generation smallint NOT NULL DEFAULT 0, "
             "ADD CONSTRAINT messages_generation_0 CHECK (generation = 0) NOT VALID")
@@ -165,9 +176,7 @@ async def test_a_migration_cut_short_is_taken_up_where_it_stopped(empty_database
         assert await conn.fetchval(
             "SELECT count(*) FROM pg_constraint WHERE conname = 'messages_generation_0'") == 0
         # The counter went on from the identity's: no id is given twice.
-        ids = [await conn.fetchval("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-                                   "VALUES ($1, 'n', now()) RETURNING id", queue_id)]
-        assert ids[0] == 4
+        assert await _send_one(conn, queue_id) == 4
     finally:
         await conn.close()
 
@@ -177,18 +186,13 @@ async def test_downgrade_takes_generation_0_back_as_the_table(empty_database: st
     url = plain_url(empty_database)
     conn = await asyncpg.connect(url)
     try:
-        queue_id = await conn.fetchval(
-            "INSERT INTO leaseq.queues (name) VALUES ('q') RETURNING id")
-        await conn.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-                           "SELECT $1, 'm', now() FROM generate_series(1, 5)", queue_id)
+        queue_id = await _queue_of(conn, 5)
         await asyncio.to_thread(command.downgrade, alembic_config(empty_database), "0021")
         assert await conn.fetchval(
             "SELECT relkind::text FROM pg_class WHERE oid = 'leaseq.messages'::regclass") == "r"
         assert await conn.fetchval("SELECT count(*) FROM leaseq.messages") == 5
         # Its identity again, going on after the ids given.
-        assert await conn.fetchval(
-            "INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-            "VALUES ($1, 'n', now()) RETURNING id", queue_id) == 6
+        assert await _send_one(conn, queue_id) == 6
         await asyncio.to_thread(upgrade, empty_database)
         assert await conn.fetchval("SELECT count(*) FROM leaseq.messages_g0") == 6
     finally:
@@ -206,10 +210,7 @@ async def test_the_migration_waits_for_a_long_holder_without_queueing_the_cycle_
     url = plain_url(empty_database)
     conn, holder = await asyncpg.connect(url), await asyncpg.connect(url)
     try:
-        queue_id = await conn.fetchval(
-            "INSERT INTO leaseq.queues (name) VALUES ('q') RETURNING id")
-        await conn.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-                           "SELECT $1, 'm', now() FROM generate_series(1, 1000)", queue_id)
+        queue_id = await _queue_of(conn, 1000)
         await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         await holder.fetchval("SELECT count(*) FROM leaseq.messages")
         pid = holder.get_server_pid()
