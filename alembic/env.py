@@ -10,10 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from alembic import context
 from app.config import Settings
 from app.db.engine import engine_for
-from app.db.migrate import MIGRATION_LOCK
+from app.db.migrate import LOCK_NOT_AVAILABLE, MIGRATION_LOCK
 
 SCHEMA = "leaseq"
-LOCK_NOT_AVAILABLE = "55P03"
 
 # A database migrated before 0011 keeps its version table in `public`, beside
 # leaseq's tables; from 0011 on it lives in the `leaseq` schema with them. It

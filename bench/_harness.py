@@ -265,14 +265,7 @@ def summary_ms(values: list[float]) -> str:
 
 def fetch_ids(url: str, sql: str, *args: Any) -> set[str]:
     """The first column of a statement's rows, as text, over a connection of its own."""
-    async def fetch() -> set[str]:
-        conn = await asyncpg.connect(url)
-        try:
-            return {str(r[0]) for r in await conn.fetch(sql, *args)}
-        finally:
-            await conn.close()
-
-    return asyncio.run(fetch())
+    return {str(row[0]) for row in fetch_rows(url, sql, *args)}
 
 
 def fetch_rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from sqlalchemy.exc import DBAPIError
 
 from alembic import op
+from app.db.migrate import LOCK_NOT_AVAILABLE
 
 revision: str = "0022"
 down_revision: str | None = "0021"
@@ -59,7 +60,6 @@ depends_on: str | Sequence[str] | None = None
 
 _log = logging.getLogger("leaseq.migrate")
 
-LOCK_NOT_AVAILABLE = "55P03"
 LOCK_WAIT = "200ms"
 
 _COLUMN = f"""
@@ -113,12 +113,16 @@ CREATE TABLE IF NOT EXISTS leaseq.messages_parted (
 # parent's privileges alone.
 _COPY_GRANTS = """
     FOR grant_sql IN
-        SELECT format('GRANT %s ON leaseq.messages TO %s', g.privilege_type,
-                      CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC'
-                           ELSE quote_ident(g.grantee) END)
-        FROM information_schema.role_table_grants AS g
-        WHERE g.table_schema = 'leaseq' AND g.table_name = 'messages_g0'
-          AND g.grantee <> g.grantor
+        WITH table_grants AS (
+            SELECT g.grantee AS role, g.privilege_type,
+                   CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC'
+                        ELSE quote_ident(g.grantee) END AS grantee
+            FROM information_schema.role_table_grants AS g
+            WHERE g.table_schema = 'leaseq' AND g.table_name = 'messages_g0'
+              AND g.grantee <> g.grantor
+        )
+        SELECT format('GRANT %s ON leaseq.messages TO %s', t.privilege_type, t.grantee)
+        FROM table_grants AS t
         UNION ALL
         SELECT format('GRANT %s (%I) ON leaseq.messages TO %s', c.privilege_type,
                       c.column_name, CASE WHEN c.grantee = 'PUBLIC' THEN 'PUBLIC'
@@ -126,18 +130,13 @@ _COPY_GRANTS = """
         FROM information_schema.column_privileges AS c
         WHERE c.table_schema = 'leaseq' AND c.table_name = 'messages_g0'
           AND c.grantee <> c.grantor
-          AND NOT EXISTS (SELECT 1 FROM information_schema.role_table_grants AS t
-                          WHERE t.table_schema = 'leaseq' AND t.table_name = 'messages_g0'
-                            AND t.grantee = c.grantee
-                            AND t.privilege_type = c.privilege_type)
+          AND NOT EXISTS (SELECT 1 FROM table_grants AS t
+                          WHERE t.role = c.grantee AND t.privilege_type = c.privilege_type)
         UNION ALL
         -- An identity needs no privilege on its counter; a default's sequence does.
-        SELECT format('GRANT USAGE ON SEQUENCE leaseq.message_ids TO %s',
-                      CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC'
-                           ELSE quote_ident(g.grantee) END)
-        FROM information_schema.role_table_grants AS g
-        WHERE g.table_schema = 'leaseq' AND g.table_name = 'messages_g0'
-          AND g.grantee <> g.grantor AND g.privilege_type = 'INSERT'
+        SELECT format('GRANT USAGE ON SEQUENCE leaseq.message_ids TO %s', t.grantee)
+        FROM table_grants AS t
+        WHERE t.privilege_type = 'INSERT'
     LOOP
         EXECUTE grant_sql;
     END LOOP;
@@ -217,19 +216,16 @@ def _retried(sql: str) -> None:
     pause = 0.05
     while True:
         holder = op.get_bind().exec_driver_sql(_LONG_HOLDER).first()
-        if holder is not None:
-            if pause >= 1.0:
-                _log.warning("migration 0022 waits for pid %s (%s, in a transaction since "
-                             "%s), which holds a lock on leaseq.messages", *holder)
-            time.sleep(pause)
-            pause = min(pause * 2, 5.0)
-            continue
-        try:
-            op.get_bind().exec_driver_sql(sql)
-            return
-        except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
+        if holder is None:
+            try:
+                op.get_bind().exec_driver_sql(sql)
+                return
+            except DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise
+        elif pause >= 1.0:
+            _log.warning("migration 0022 waits for pid %s (%s, in a transaction since "
+                         "%s), which holds a lock on leaseq.messages", *holder)
         time.sleep(pause)
         pause = min(pause * 2, 5.0)
 

@@ -13,6 +13,10 @@ MIGRATION_LOCK = 0x6C65_6173_6571_0001
 "leaseq" in ASCII, then 1. Replicas starting together on a fresh database
 queue on it: the first migrates, the others then find the schema at head."""
 
+LOCK_NOT_AVAILABLE = "55P03"
+"""The SQLSTATE of a lock not had within lock_timeout: a migration's step that
+waits for its locks a bounded time (alembic/env.py, 0022) tries again on it."""
+
 
 def _script_location() -> Path:
     package = Path(__file__).resolve().parent.parent
