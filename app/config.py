@@ -116,6 +116,13 @@ class Settings(BaseSettings):
         description="How often a process checks whether the messages table needs the "
         "VACUUM that autovacuum, when it is off, does not run.",
     )
+    rotate_after: int = Field(
+        default=300_000, ge=0,
+        description="Row versions (updated or deleted messages) the live generation of "
+        "the messages leaves behind before the rotation moves what it still holds into "
+        "another and empties it by TRUNCATE, freeing its storage whatever the cleanup "
+        "horizon (docs/operations.md); 0: never.",
+    )
     horizon_warn_seconds: float = Field(
         default=300.0, gt=0, le=7 * 86400,
         description="A transaction, replication slot or prepared transaction holding "

@@ -34,15 +34,19 @@ from app.config import Settings
 from app.credentials import parse_credentials
 from app.db.connector import Connector, DatabaseError
 from app.db.engine import create_engine, dialer, split_pool
+from app.db.epochs import Epochs
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
 from app.queue.fairness import FairnessRounds
+from app.queue.generations import CHANNEL, EPOCH_LOCKS, Generations
 from app.queue.horizon import Horizon, HorizonWatch
 from app.queue.kinds import group_commit
 from app.queue.maintenance import Maintenance
 from app.queue.redrive import Redrives
 from app.queue.retention import sweep_forever
+from app.queue.rotation import Rotation
 from app.queue.service import QueueService
+from app.queue.sql import Q
 from app.queue.vacuum import vacuum_forever
 from app.queue.waiting import Listener, WaitHub
 from app.sqs import routes as sqs
@@ -172,6 +176,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_waiters_per_key_on_a_queue=settings.waiters_per_key_on_a_queue(),
         )
         db = Connector(engine, cached_engine)
+        # Which generation of the messages each statement names, by the epoch
+        # this process holds (app/queue/generations.py).
+        generations = Generations()
+        generations.epochs = Epochs(
+            listen_url, Q.current_epoch, channel=CHANNEL, space=EPOCH_LOCKS,
+            on_view=generations.on_view, dial=dial,
+        )
+        db.router = generations
         master = settings.master_secret()
         keyring = ReceiptKeyring(db, legacy=master)
         keys = KeyStore(
@@ -218,6 +230,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.service = service
         app.state.swept = asyncio.Event()
         app.state.maintenance = maintenance
+        app.state.generations = generations
+        app.state.rotation = rotation = Rotation(db, rotate_after=settings.rotate_after)
         app.state.horizon_watch = horizon_watch = HorizonWatch(horizon)
         app.state.metrics = metrics
         app.state.throughput = throughput = Throughput(metrics.message_totals)
@@ -226,7 +240,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         listener.start()
         background = [
+            generations.epochs.start(),
             maintenance.lock.start(),
+            asyncio.create_task(
+                rotation.forever(1.0, only_while=maintenance.lock), name="leaseq-rotation",
+            ),
             asyncio.create_task(
                 sweep_forever(
                     db, settings.retention_sweep_seconds, app.state.swept,

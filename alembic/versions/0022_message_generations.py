@@ -44,21 +44,15 @@ During a rolling upgrade, a process of an earlier version names
 correctly and a little slower, until it is replaced.
 """
 
-import logging
-import time
 from collections.abc import Sequence
 
-from sqlalchemy.exc import DBAPIError
-
 from alembic import op
-from app.db.migrate import LOCK_NOT_AVAILABLE
+from app.db.migrate import retried
 
 revision: str = "0022"
 down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-_log = logging.getLogger("leaseq.migrate")
 
 LOCK_WAIT = "200ms"
 
@@ -193,41 +187,8 @@ $$
 """
 
 
-# A session that has held a lock on the table for a while (a pg_dump holds ACCESS
-# SHARE on every table it dumps until it ends; a report; a migration of the
-# application's): a try would only wait behind it, and every statement queued
-# behind the try with it.
-_LONG_HOLDER = """
-SELECT a.pid, coalesce(nullif(a.application_name, ''), a.backend_type) AS who,
-       a.xact_start
-FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
-  AND l.relation = to_regclass('leaseq.messages')
-  AND a.xact_start < clock_timestamp() - interval '1 second'
-ORDER BY a.xact_start
-LIMIT 1
-"""
-
-
 def _retried(sql: str) -> None:
-    """Run one step, again whenever it could not get its locks in time. What
-    waits behind a try waits at most LOCK_WAIT, nothing between two tries, and no
-    try is made while a long transaction holds a lock on the table."""
-    pause = 0.05
-    while True:
-        holder = op.get_bind().exec_driver_sql(_LONG_HOLDER).first()
-        if holder is None:
-            try:
-                op.get_bind().exec_driver_sql(sql)
-                return
-            except DBAPIError as exc:
-                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                    raise
-        elif pause >= 1.0:
-            _log.warning("migration 0022 waits for pid %s (%s, in a transaction since "
-                         "%s), which holds a lock on leaseq.messages", *holder)
-        time.sleep(pause)
-        pause = min(pause * 2, 5.0)
+    retried(op.get_bind(), sql, table="leaseq.messages", revision=revision)
 
 
 def _swapped() -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy import exc as sa_exc
@@ -80,25 +80,43 @@ async def pass_lock(conn: asyncpg.Connection, key: tuple[int, int], timeout_ms: 
 
 
 class DatabaseError(Exception):
-    """PostgreSQL refused a statement (not a lost connection: DatabaseUnavailable)."""
+    """PostgreSQL refused a statement (not a lost connection: DatabaseUnavailable);
+    `sqlstate` is its error code."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 class ConstraintViolation(DatabaseError):
     """A statement broke an integrity constraint; `constraint` names it."""
 
     def __init__(self, constraint: str | None) -> None:
-        super().__init__(f"constraint {constraint} violated")
+        super().__init__(f"constraint {constraint} violated", "23000")
         self.constraint = constraint
+
+
+SERIALIZATION_TRIES = 3
+
+
+class Router(Protocol):
+    """What a statement is run as (app/queue/generations.py: the tables of the
+    generations this process acts by), and the ticket its end is reported with."""
+
+    def enter(self, query: Query[R]) -> tuple[Query[R], int]: ...
+
+    def leave(self, ticket: int) -> None: ...
 
 
 class Session:
     """One connection: each statement its own transaction, unless the session
     came from Connector.transaction()."""
 
-    __slots__ = ("_driver",)
+    __slots__ = ("_driver", "_router")
 
-    def __init__(self, driver: asyncpg.Connection) -> None:
+    def __init__(self, driver: asyncpg.Connection, router: Router | None = None) -> None:
         self._driver = driver
+        self._router = router
 
     async def fetch(self, query: Query[R], params: Mapping[str, Any] = _NO_PARAMS) -> list[R]:
         rows: list[R] = await self._run(self._driver.fetch, query, params)
@@ -121,14 +139,33 @@ class Session:
         count = status.rpartition(" ")[2]
         return int(count) if count.isdigit() else 0
 
-    @staticmethod
     async def _run(
-        method: Callable[..., Awaitable[Any]], query: Query[Any], params: Mapping[str, Any]
+        self, method: Callable[..., Awaitable[Any]], query: Query[Any], params: Mapping[str, Any]
     ) -> Any:
+        router = self._router
+        ticket = 0
+        if router is not None:
+            query, ticket = router.enter(query)
         try:
-            return await method(query.sql, *[params[name] for name in query.params])
+            args = [params[name] for name in query.params]
+            for tries_left in range(SERIALIZATION_TRIES - 1, -1, -1):
+                try:
+                    return await method(query.sql, *args)
+                except asyncpg.SerializationError as exc:
+                    # A row it waited for was moved to another partition (the
+                    # rotation of generations): a statement that is its own
+                    # transaction did nothing, and run again it finds the row.
+                    if tries_left and not self._driver.is_in_transaction():
+                        continue
+                    raise DatabaseUnavailable(
+                        "A row this request waited for was moved meanwhile; try again."
+                    ) from exc
         except asyncpg.PostgresError as exc:
             raise _refused(query, exc) from exc
+        finally:
+            if router is not None:
+                router.leave(ticket)
+        raise AssertionError("unreachable")
 
 
 def _refused(query: Query[Any], exc: asyncpg.PostgresError) -> Exception:
@@ -136,7 +173,7 @@ def _refused(query: Query[Any], exc: asyncpg.PostgresError) -> Exception:
         return ConstraintViolation(getattr(exc, "constraint_name", None))
     if isinstance(exc, CONNECTION_ERRORS):
         return exc  # the checkout turns it into DatabaseUnavailable
-    return DatabaseError(f"{query.name}: {exc}")
+    return DatabaseError(f"{query.name}: {exc}", getattr(exc, "sqlstate", None))
 
 
 class Connector:
@@ -147,6 +184,8 @@ class Connector:
     def __init__(self, engine: AsyncEngine, cached: AsyncEngine | None = None) -> None:
         self.engine = engine
         self.cached_engine = cached
+        self.router: Router | None = None
+        """Set by the engine once it knows its generations' tables."""
 
     @property
     def pool_size(self) -> int:
@@ -167,13 +206,13 @@ class Connector:
         cached`, and only those."""
         pool = self.cached_engine if cached_plans and self.cached_engine else self.engine
         async with self._checkout(pool) as driver:
-            yield Session(driver)
+            yield Session(driver, self.router)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Session]:
         """A connection in one transaction, committed when the block ends."""
         async with self._checkout(self.engine) as driver, driver.transaction():
-            yield Session(driver)
+            yield Session(driver, self.router)
 
     async def fetch(self, query: Query[R], params: Mapping[str, Any] = _NO_PARAMS) -> list[R]:
         """One statement on a connection of its own."""

@@ -38,7 +38,7 @@ PING_TIMEOUT = 5.0
 # PostgreSQL's side of an idle connection: probe after 10 s of silence, every
 # 5 s, give up after 3 unanswered (ignored on a Unix socket, where a dead peer
 # is always seen at once).
-_KEEPALIVES = (
+KEEPALIVES = (
     "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; "
     "SET tcp_keepalives_count = 3"
 )
@@ -100,7 +100,7 @@ class FleetLock:
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         with contextlib.suppress(asyncpg.PostgresError):
-            await conn.execute(_KEEPALIVES)
+            await conn.execute(KEEPALIVES)
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that
         # arrives as its awaitable finishes, and this loop then never ends.
         while not lost.is_set():

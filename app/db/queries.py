@@ -20,6 +20,8 @@ statement on PostgreSQL and compares the columns it answers with its row's
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import sys
 import typing
@@ -57,6 +59,18 @@ class Query(Generic[R]):
     on connections that keep PostgreSQL's cached plans (app/db/connector.py)."""
     returns: str | None = None
     """The name of its row's TypedDict (`-- returns:`), None when it returns no rows."""
+    routed: bool = False
+    """Its tables already chosen (app/db/connector.py's Router leaves it as it is)."""
+
+    def renamed(self, text: str) -> Query[R]:
+        """This statement with `text` in place of its own (the same parameters,
+        the tables chosen): compiled once per text."""
+        return _renamed(self, text)
+
+
+@functools.cache
+def _renamed(query: Query[Any], text: str) -> Query[Any]:
+    return dataclasses.replace(compile_query(query.name, text), routed=True)
 
 
 def parse(source: str) -> dict[str, str]:

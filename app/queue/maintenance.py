@@ -2,9 +2,10 @@
 
 The maintenance rounds -- the retention sweep (with FIFO queues' deduplication
 ids and receive attempts), the vacuum check, fair queues' fairness round
-(app/queue/fairness.py) and the horizon check's warning (app/queue/horizon.py)
--- run only in the process holding the maintenance lock (app/db/fleet.py),
-whichever replica or uvicorn worker that is; when it dies, another takes the
+(app/queue/fairness.py), the horizon check's warning (app/queue/horizon.py) and
+the rotation of the messages' generations (app/queue/rotation.py) -- run only
+in the process holding the maintenance lock (app/db/fleet.py), whichever
+replica or uvicorn worker that is; when it dies, another takes the
 lock within about a second and runs a round at once. Each round is safe to run
 twice (its statements skip or wait for each other's rows), so the lock saves the
 fleet repeating the work; it is not what keeps the data right.
@@ -20,7 +21,8 @@ from app.db.fleet import FleetLock
 from app.db.hosts import Dialer
 from app.queue.sql import Q
 
-ROUNDS = ("retention sweep", "vacuum check", "fairness round", "horizon check")
+ROUNDS = ("retention sweep", "vacuum check", "fairness round", "horizon check",
+          "generation rotation")
 
 
 class Maintenance:

@@ -2138,3 +2138,189 @@ LEFT JOIN leaseq.queues AS s ON s.id = m.dead_letter_source_id
 LEFT JOIN leaseq.tenants AS noisy
        ON noisy.queue_id = m.queue_id AND noisy.tenant = m.tenant AND noisy.noisy
 GROUP BY q.id, q.name, q.fair, s.name;
+
+-- Generations -----------------------------------------------------------------
+--
+-- The messages live in generations, partitions of leaseq.messages (migrations
+-- 0022, 0023); app/queue/rotation.py moves what is left of the live one into
+-- another and empties the old one by TRUNCATE. The statements below that name
+-- leaseq.messages_g0 are run with the generation being drained or emptied in
+-- its place.
+
+-- name: current_epoch
+-- returns: EpochRow
+-- The view every service process acts by (app/db/epochs.py).
+SELECT epoch, live, draining FROM leaseq.rotation;
+
+-- name: rotation_state
+-- returns: RotationRow
+-- Where the rotation stands. `settled`: the row versions the live generation
+-- has left behind (updated or deleted, PostgreSQL's statistics) since it became
+-- live; `standing`: its live rows, as the statistics estimate them.
+SELECT r.epoch, r.live, r.draining, r.since, leaseq.live_generation() AS published,
+       pg_stat_get_tuples_updated(t.oid) + pg_stat_get_tuples_deleted(t.oid)
+           - l.settled_before AS settled,
+       pg_stat_get_live_tuples(t.oid) AS standing,
+       ARRAY(SELECT g.generation FROM leaseq.generations AS g
+             WHERE g.state = 'spare' ORDER BY g.generation) AS spares,
+       ARRAY(SELECT g.generation FROM leaseq.generations AS g
+             WHERE g.state = 'used' ORDER BY g.generation) AS used,
+       (SELECT max(g.generation) FROM leaseq.generations AS g) AS top
+FROM leaseq.rotation AS r
+JOIN leaseq.generations AS l ON l.generation = r.live
+CROSS JOIN LATERAL (
+    SELECT to_regclass(format('leaseq.messages_g%s', r.live)) AS oid
+) AS t;
+
+-- name: start_rotation
+-- returns: RotatedRow
+-- A new epoch whose live generation is :target, draining :live. The parent's
+-- default (the SQL API's sends) follows at once: a sequence is not transactional.
+WITH turned AS (
+    UPDATE leaseq.rotation
+    SET epoch = epoch + 1, live = :target, draining = :live, since = statement_timestamp()
+    WHERE epoch = :epoch AND draining IS NULL
+    RETURNING epoch
+),
+published AS (
+    SELECT setval('leaseq.live_generation_seq', :target) FROM turned
+),
+states AS (
+    UPDATE leaseq.generations AS g
+    SET state = CASE WHEN g.generation = :target THEN 'live' ELSE 'draining' END,
+        settled_before = CASE
+            WHEN g.generation = :target
+            THEN pg_stat_get_tuples_updated(to_regclass(format('leaseq.messages_g%s', :target)))
+                 + pg_stat_get_tuples_deleted(to_regclass(format('leaseq.messages_g%s', :target)))
+            ELSE g.settled_before END
+    FROM turned
+    WHERE g.generation IN (:target, :live)
+)
+SELECT t.epoch, pg_notify('leaseq_rotation', CAST(t.epoch AS text)) AS notified
+FROM turned AS t, published;
+
+-- name: finish_drain
+-- returns: RotatedRow
+-- The generation drained holds no message: a new epoch names the live one alone.
+WITH turned AS (
+    UPDATE leaseq.rotation
+    SET epoch = epoch + 1, draining = NULL
+    WHERE epoch = :epoch AND draining = :draining
+    RETURNING epoch
+),
+states AS (
+    UPDATE leaseq.generations AS g SET state = 'used'
+    FROM turned
+    WHERE g.generation = :draining
+)
+SELECT t.epoch, pg_notify('leaseq_rotation', CAST(t.epoch AS text)) AS notified
+FROM turned AS t;
+
+-- name: publish_live
+-- returns: PublishedRow
+-- The parent's default put back on the live generation (a rotation cut short
+-- between its sequence and its row).
+SELECT setval('leaseq.live_generation_seq', :live) AS published;
+
+-- name: epochs_held_below
+-- returns: HoldersRow
+-- Processes still acting by an epoch older than :epoch (their shared locks,
+-- app/db/epochs.py).
+SELECT count(*) AS holders
+FROM pg_locks AS l
+WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+  AND CAST(l.classid AS bigint) = :space AND CAST(l.objid AS bigint) < :epoch;
+
+-- name: old_writers
+-- returns: WriterRow
+-- The oldest transaction, begun before the rotation, that may have written into
+-- :generation_table and not ended (a send of the SQL API in its caller's
+-- transaction; a prepared transaction, which has no backend). Its rows are moved
+-- only once they are committed.
+SELECT l.pid, coalesce(nullif(a.application_name, ''), a.backend_type, 'prepared') AS who,
+       a.xact_start
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted
+  AND l.relation = to_regclass(:generation_table)
+  AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock',
+                 'AccessExclusiveLock')
+  AND coalesce(a.xact_start, '-infinity') < :since
+  AND l.pid IS DISTINCT FROM pg_backend_pid()
+ORDER BY a.xact_start NULLS FIRST
+LIMIT 1;
+
+-- name: move_messages
+-- returns: MovedRow
+-- Up to :batch messages of the generation being drained (leaseq.messages_g0
+-- here, :draining), past id :after, into the live one (:live), each whole: its
+-- id, its lease, its receipt. An UPDATE of the partition key, not a DELETE and
+-- an INSERT: a statement waiting for one of these rows (an acknowledgement, a
+-- heartbeat) then fails with a serialization failure, which the connector runs
+-- again and which then finds the row where it went, instead of finding it gone
+-- and answering "lease lost". A message waiting becomes visible from the moment
+-- of the move, the floors' rule (app/queue/floors.py): a deadline reached from
+-- below is never earlier than its write. Rows locked by a statement under way
+-- are left for the next batch. Queues that got messages ready to claim are
+-- told, as a send tells them.
+WITH
+{{written}},
+moving AS (
+    SELECT d.id
+    FROM leaseq.messages_g0 AS d
+    WHERE d.id > :after
+    ORDER BY d.id
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    UPDATE leaseq.messages AS m
+    SET generation = :live,
+        visible_at = CASE WHEN NOT m.leased AND m.visible_at < written.at THEN written.at
+                          ELSE m.visible_at END
+    FROM moving, written
+    WHERE m.id = moving.id AND m.generation = :draining
+    RETURNING m.id, m.queue_id, NOT m.leased AND m.visible_at <= written.at AS ready
+),
+told AS (
+    SELECT pg_notify('leaseq', leaseq.notice(m.queue_id, count(*), NULL))
+    FROM moved AS m
+    WHERE m.ready
+    GROUP BY m.queue_id
+)
+SELECT count(*) AS moved, coalesce(max(m.id), 0) AS last, (SELECT count(*) FROM told) AS told
+FROM moved AS m;
+
+-- name: drained
+-- returns: DrainedRow
+-- Whether the generation being drained (leaseq.messages_g0 here) holds no
+-- message its snapshot sees.
+SELECT NOT EXISTS (SELECT 1 FROM leaseq.messages_g0) AS drained;
+
+-- name: lock_briefly
+-- A rotation's catalog changes wait for their locks no longer than this.
+SET LOCAL lock_timeout = '200ms';
+
+-- name: lock_generation
+-- Nothing may read or write the generation (leaseq.messages_g0 here) while it
+-- is emptied; NOWAIT: a pg_dump or any reader holding it makes the try fail at
+-- once, never queue (the cycle's statements would queue behind it).
+LOCK TABLE leaseq.messages_g0 IN ACCESS EXCLUSIVE MODE NOWAIT;
+
+-- name: truncate_generation
+TRUNCATE leaseq.messages_g0;
+
+-- name: resume_autovacuum
+ALTER TABLE leaseq.messages_g0 RESET (autovacuum_enabled);
+
+-- name: pause_autovacuum
+-- A drained generation is written no more until it is emptied: autovacuum's
+-- rounds on it, which can remove nothing while the horizon is held, would only
+-- scan it.
+ALTER TABLE leaseq.messages_g0 SET (autovacuum_enabled = false);
+
+-- name: spare_generation
+UPDATE leaseq.generations SET state = 'spare' WHERE generation = :generation AND state = 'used';
+
+-- name: make_generation
+SELECT FROM leaseq.make_generation(CAST(:generation AS smallint));

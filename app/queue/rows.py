@@ -339,3 +339,51 @@ class ReplayedRow(MessageColumns):
     sequence_number: int
     deduplication_id: str | None
     visibility_timeout: int
+
+
+class EpochRow(TypedDict):
+    epoch: int
+    live: int
+    draining: int | None
+
+
+class RotationRow(TypedDict):
+    epoch: int
+    live: int
+    draining: int | None
+    since: datetime
+    published: int
+    settled: int
+    standing: int
+    spares: list[int]
+    used: list[int]
+    top: int
+
+
+class RotatedRow(TypedDict):
+    epoch: int
+    notified: None
+
+
+class PublishedRow(TypedDict):
+    published: int
+
+
+class HoldersRow(TypedDict):
+    holders: int
+
+
+class WriterRow(TypedDict):
+    pid: int | None
+    who: str
+    xact_start: datetime | None
+
+
+class MovedRow(TypedDict):
+    moved: int
+    last: int
+    told: int
+
+
+class DrainedRow(TypedDict):
+    drained: bool

@@ -8,6 +8,8 @@ from app.queue.rows import (
     CheckpointRow,
     ClaimRow,
     DeletedRow,
+    DrainedRow,
+    EpochRow,
     FairnessRoundRow,
     FairStatsRow,
     FifoClaimRow,
@@ -15,15 +17,18 @@ from app.queue.rows import (
     FifoSentRow,
     GaugeRow,
     GivenBackRow,
+    HoldersRow,
     HorizonRow,
     IdRow,
     LapsedRow,
     LockedRow,
     MadeFairRow,
+    MovedRow,
     NameRow,
     NotifiedRow,
     OutlookRow,
     PeekRow,
+    PublishedRow,
     QueueIdRow,
     QueueNameRow,
     QueueRow,
@@ -33,6 +38,8 @@ from app.queue.rows import (
     RedriveTaskRow,
     ReleasedRow,
     ReplayedRow,
+    RotatedRow,
+    RotationRow,
     SentRow,
     StandardClaimRow,
     SweptRow,
@@ -41,6 +48,7 @@ from app.queue.rows import (
     TaskIdRow,
     TenantBacklogRow,
     VacuumStateRow,
+    WriterRow,
 )
 
 
@@ -114,6 +122,22 @@ class Statements(Queries):
     replay_receive_attempt: Query[ReplayedRow]
     record_receive_attempt: Query[None]
     queue_gauges: Query[GaugeRow]
+    current_epoch: Query[EpochRow]
+    rotation_state: Query[RotationRow]
+    start_rotation: Query[RotatedRow]
+    finish_drain: Query[RotatedRow]
+    publish_live: Query[PublishedRow]
+    epochs_held_below: Query[HoldersRow]
+    old_writers: Query[WriterRow]
+    move_messages: Query[MovedRow]
+    drained: Query[DrainedRow]
+    lock_briefly: Query[None]
+    lock_generation: Query[None]
+    truncate_generation: Query[None]
+    resume_autovacuum: Query[None]
+    pause_autovacuum: Query[None]
+    spare_generation: Query[None]
+    make_generation: Query[None]
 
 
 Q = load("app.queue", Statements)

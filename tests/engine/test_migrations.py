@@ -18,7 +18,7 @@ from app.db.migrate import MIGRATION_LOCK, alembic_config, upgrade
 SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
     "message_groups", "message_deduplication", "receive_attempts", "grants", "watches",
-    "tenants", "dashboard_sessions", "messages_g0",
+    "tenants", "dashboard_sessions", "messages_g0", "messages_g1", "generations", "rotation",
 }
 
 
@@ -154,7 +154,8 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     conn = await asyncpg.connect(plain_url(empty_database))
     try:
         assert await _public_tables(conn) >= SCHEMA - {
-            "grants", "watches", "tenants", "dashboard_sessions", "messages_g0"}
+            "grants", "watches", "tenants", "dashboard_sessions", "messages_g0", "messages_g1",
+            "generations", "rotation"}
         # What a running deployment holds: a standard and a FIFO queue with
         # messages (one in flight), a group, a deduplication id, keys.
         await conn.execute(

@@ -31,7 +31,7 @@ PYTHON_TYPE = {
     "int2": int, "int4": int, "int8": int, "float8": float, "numeric": Decimal,
     "text": str, "varchar": str, "bool": bool, "uuid": UUID, "timestamptz": datetime,
     "bytea": bytes, "void": type(None), "redrive_status": str,
-    "int8[]": list[int], "float8[]": list[float], "text[]": list[str],
+    "int8[]": list[int], "int2[]": list[int], "float8[]": list[float], "text[]": list[str],
 }
 
 

@@ -175,7 +175,8 @@ async def test_the_maintenance_rounds_run_in_one_replica_and_move_when_it_is_kil
 ) -> None:
     holder = await the_one_holder(fleet.replicas)
     assert (await readyz(holder))["singletons"] == [
-        "retention sweep", "vacuum check", "fairness round", "horizon check"]
+        "retention sweep", "vacuum check", "fairness round", "horizon check",
+        "generation rotation"]
     # Each replica keeps its lock connection; PostgreSQL shows one holder.
     lockers = await db.fetchval(
         "SELECT count(*) FROM pg_stat_activity "
