@@ -38,7 +38,7 @@ from app.db.epochs import Epochs
 from app.errors import DatabaseUnavailable, LeaseqError
 from app.queue.catalog import QueueCatalog
 from app.queue.fairness import FairnessRounds
-from app.queue.generations import CHANNEL, EPOCH_LOCKS, Generations
+from app.queue.generations import EPOCH_LOCKS, Generations
 from app.queue.horizon import Horizon, HorizonWatch
 from app.queue.kinds import group_commit
 from app.queue.maintenance import Maintenance
@@ -180,7 +180,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # this process holds (app/queue/generations.py).
         generations = Generations()
         generations.epochs = Epochs(
-            listen_url, Q.current_epoch, channel=CHANNEL, space=EPOCH_LOCKS,
+            listen_url, Q.current_epoch, space=EPOCH_LOCKS,
             on_view=generations.on_view, dial=dial,
         )
         db.router = generations

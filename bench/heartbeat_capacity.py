@@ -58,19 +58,20 @@ WITH
 written AS MATERIALIZED (
     SELECT CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END AS at
 )
-UPDATE leaseq.messages_g0 AS m
+UPDATE leaseq.messages AS m
 SET visible_at = written.at + h.visibility_timeout * interval '1 second',
     leased     = h.visibility_timeout > 0
 FROM unnest(CAST($1 AS bigint[]), CAST($2 AS uuid[]),
             CAST($3 AS integer[])) AS h(id, token, visibility_timeout),
-     leaseq.messages_g0 AS before, written
+     leaseq.messages AS before, written
 WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = $4
   AND before.id = m.id
 RETURNING m.id, m.visible_at AS lease_expires_at, h.visibility_timeout,
           m.visible_at < before.visible_at AS sooner
 """
 """change_visibility of app/queue/queries.sql, its fragments in place and its named
-parameters as $n."""
+parameters as $n, on the parent table as a client of leaseq's tables writes it (a
+generation's table may be emptied by a rotation)."""
 
 
 @dataclass

@@ -30,15 +30,18 @@ from bench.longpoll import database_url
 RESULTS = Path(__file__).parent / "results"
 
 SIZES = """
-WITH t AS (SELECT * FROM pg_stat_user_tables WHERE relid = 'leaseq.messages_g0'::regclass)
-SELECT pg_relation_size('leaseq.messages_g0') AS heap,
-       pg_indexes_size('leaseq.messages_g0') AS indexes,
-       (SELECT n_live_tup FROM t) AS live,
-       (SELECT n_dead_tup FROM t) AS dead,
-       (SELECT autovacuum_count FROM t)
-           AS autovacuums,
-       (SELECT vacuum_count FROM t)
-           AS vacuums,
+WITH t AS (
+    SELECT s.*
+    FROM pg_partition_tree('leaseq.messages') AS p
+    JOIN pg_stat_user_tables AS s ON s.relid = p.relid
+    WHERE p.isleaf
+)
+SELECT (SELECT CAST(sum(pg_relation_size(relid)) AS bigint) FROM t) AS heap,
+       (SELECT CAST(sum(pg_indexes_size(relid)) AS bigint) FROM t) AS indexes,
+       (SELECT CAST(sum(n_live_tup) AS bigint) FROM t) AS live,
+       (SELECT CAST(sum(n_dead_tup) AS bigint) FROM t) AS dead,
+       (SELECT CAST(sum(autovacuum_count) AS bigint) FROM t) AS autovacuums,
+       (SELECT CAST(sum(vacuum_count) AS bigint) FROM t) AS vacuums,
        current_setting('autovacuum') AS autovacuum
 """
 

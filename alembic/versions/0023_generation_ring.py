@@ -46,8 +46,8 @@ _TABLES = """
 CREATE TABLE IF NOT EXISTS leaseq.generations (
     generation smallint PRIMARY KEY CHECK (generation >= 0),
     state text NOT NULL CHECK (state IN ('live', 'draining', 'used', 'spare')),
-    -- The messages its table had deleted (pg_stat) when it became live: what it
-    -- settled since is the rotation's measure.
+    -- The row versions its table had left behind (updated or deleted, pg_stat)
+    -- when it became live: what it left since is the rotation's measure.
     settled_before bigint NOT NULL DEFAULT 0
 );
 
@@ -62,11 +62,30 @@ CREATE TABLE IF NOT EXISTS leaseq.rotation (
 CREATE SEQUENCE IF NOT EXISTS leaseq.live_generation_seq AS smallint MINVALUE 0 START 0;
 
 CREATE OR REPLACE FUNCTION leaseq.live_generation() RETURNS smallint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+LANGUAGE sql VOLATILE
 AS $$ SELECT last_value FROM leaseq.live_generation_seq $$;
 
+-- Whoever may insert through the parent (the SQL API's owner) reads the sequence
+-- its default reads.
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC'
+                             ELSE quote_ident(g.grantee) END
+        FROM information_schema.role_table_grants AS g
+        WHERE g.table_schema = 'leaseq' AND g.table_name = 'messages'
+          AND g.privilege_type = 'INSERT' AND g.grantee <> g.grantor
+    LOOP
+        EXECUTE format('GRANT SELECT ON SEQUENCE leaseq.live_generation_seq TO %s', grantee);
+    END LOOP;
+END
+$$;
+
 INSERT INTO leaseq.generations (generation, state, settled_before)
-SELECT 0, 'live', pg_stat_get_tuples_deleted('leaseq.messages_g0'::regclass)
+SELECT 0, 'live', pg_stat_get_tuples_updated('leaseq.messages_g0'::regclass)
+                  + pg_stat_get_tuples_deleted('leaseq.messages_g0'::regclass)
 ON CONFLICT DO NOTHING;
 
 INSERT INTO leaseq.rotation (epoch, live) VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -167,7 +186,9 @@ def _retried(sql: str) -> None:
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
-        for statement in _TABLES.split(";\n"):
+        # One statement at a time (the driver prepares each): they end a line
+        # with ";" and are followed by a blank one.
+        for statement in _TABLES.split(";\n\n"):
             if statement.strip():
                 op.execute(statement)
         op.execute(_MAKE_GENERATION)

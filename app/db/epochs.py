@@ -24,21 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
 
-from app.db.engine import connect
-from app.db.fleet import KEEPALIVES
+from app.db.fleet import KEEPALIVES, reconnecting
 from app.db.hosts import Dialer
 from app.db.queries import Query
 
-_log = logging.getLogger(__name__)
-
-CHECK_SECONDS = 1.0
-"""How often the epoch is read again when no notification says it changed."""
+CHECK_SECONDS = 0.5
+"""How often the epoch is read again."""
 STATEMENT_TIMEOUT = 5.0
 _TAKE = "SELECT pg_try_advisory_lock_shared($1, $2)"
 _LET_GO = "SELECT pg_advisory_unlock_shared($1, $2)"
@@ -49,17 +45,16 @@ NO_EPOCH = -1
 
 class Epochs:
     """This process's epoch: `read` answers the current one (a row with `epoch`,
-    passed whole to `on_view`), `channel` is notified when it changes, `space` is
-    the advisory locks' first key (the epoch their second)."""
+    passed whole to `on_view`), `space` is the advisory locks' first key (the
+    epoch their second)."""
 
     def __init__(
-        self, url: str, read: Query[Any], *, channel: str, space: int,
+        self, url: str, read: Query[Any], *, space: int,
         on_view: Callable[[Mapping[str, Any] | None], None], dial: Dialer,
         name: str = "leaseq-epochs", check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self._url = url
         self._read = read
-        self._channel = channel
         self._space = space
         self._on_view = on_view
         self._dial = dial
@@ -89,25 +84,8 @@ class Epochs:
         return asyncio.create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
-        backoff = self._check
-        while True:
-            connected = False
-            try:
-                conn = await connect(
-                    self._url, self._dial, server_settings={"application_name": self._name}
-                )
-                connected = True
-                try:
-                    await self._keep(conn)
-                finally:
-                    self._lose()
-                    conn.terminate()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.warning("%s: connection failed (%s); retrying", self._name, exc)
-            backoff = self._check if connected else min(backoff * 2, 5.0)
-            await asyncio.sleep(backoff)
+        await reconnecting(self._url, self._dial, self._name, self._check, self._keep,
+                           self._lose)
 
     def _lose(self) -> None:
         # The server let go of the lock with the connection: from now on this
@@ -117,8 +95,11 @@ class Epochs:
             self._on_view(None)
 
     async def _keep(self, conn: asyncpg.Connection) -> None:
+        # Read again every CHECK_SECONDS rather than LISTEN: a listening backend
+        # reads every notification of the database (one per send), which cost
+        # this connection 13-15 us of PostgreSQL's CPU per message single
+        # (docs/performance.md); a rotation waits a fraction of a second more.
         lost = asyncio.Event()
-        changed = asyncio.Event()
 
         def on_lost(_conn: object) -> None:
             self._lose()
@@ -127,13 +108,11 @@ class Epochs:
         conn.add_termination_listener(on_lost)
         with contextlib.suppress(asyncpg.PostgresError):
             await conn.execute(KEEPALIVES)
-        await conn.add_listener(self._channel, lambda *_args: changed.set())
         while not lost.is_set():
-            changed.clear()
             await self._follow(conn)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._check):
-                    await _first(changed, lost)
+                    await lost.wait()
 
     async def _follow(self, conn: asyncpg.Connection) -> None:
         """Takes the current epoch, if it is not the one held."""
@@ -168,11 +147,3 @@ class Epochs:
             if epoch in self._in_flight:
                 await self._ended.wait()
 
-
-async def _first(*events: asyncio.Event) -> None:
-    waits = [asyncio.create_task(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -42,6 +43,32 @@ KEEPALIVES = (
     "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; "
     "SET tcp_keepalives_count = 3"
 )
+
+
+async def reconnecting(
+    url: str, dial: Dialer, name: str, check: float,
+    keep: Callable[[asyncpg.Connection], Awaitable[None]], lost: Callable[[], None],
+) -> None:
+    """A connection of its own named `name`, kept by `keep` until it fails; then
+    `lost()`, and a new one after `check` seconds (backing off to 5 s while none
+    can be made). Runs until cancelled."""
+    backoff = check
+    while True:
+        connected = False
+        try:
+            conn = await connect(url, dial, server_settings={"application_name": name})
+            connected = True
+            try:
+                await keep(conn)
+            finally:
+                lost()
+                conn.terminate()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _log.warning("%s: connection failed (%s); retrying", name, exc)
+        backoff = check if connected else min(backoff * 2, 5.0)
+        await asyncio.sleep(backoff)
 
 
 class FleetLock:
@@ -73,27 +100,13 @@ class FleetLock:
         return asyncio.create_task(self._run(), name=self.name)
 
     async def _run(self) -> None:
-        backoff = self._check
-        while True:
-            connected = False
-            try:
-                conn = await connect(
-                    self._url, self._dial, server_settings={"application_name": self.name}
-                )
-                connected = True
-                try:
-                    await self._keep(conn)
-                finally:
-                    if self._held.is_set():
-                        self._held.clear()
-                        _log.warning("%s: lock lost (pid %d)", self.name, os.getpid())
-                    conn.terminate()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.warning("%s: connection failed (%s); retrying", self.name, exc)
-            backoff = self._check if connected else min(backoff * 2, 5.0)
-            await asyncio.sleep(backoff)
+        await reconnecting(self._url, self._dial, self.name, self._check, self._keep,
+                           self._lost)
+
+    def _lost(self) -> None:
+        if self._held.is_set():
+            self._held.clear()
+            _log.warning("%s: lock lost (pid %d)", self.name, os.getpid())
 
     async def _keep(self, conn: asyncpg.Connection) -> None:
         """Tries the lock, then pings, every `check` seconds until the connection fails."""

@@ -164,7 +164,7 @@ async def check_autovacuum(conn: Session) -> Finding:
             "autovacuum", "warn",
             f"autovacuum is off {where}: leaseq vacuums the queue table itself "
             "(app/queue/vacuum.py), later than autovacuum would",
-            "set autovacuum = on (postgresql.conf); ALTER TABLE leaseq.messages_g0 RESET "
+            f"set autovacuum = on (postgresql.conf); ALTER TABLE {row['live_table']} RESET "
             "(autovacuum_enabled)",
         )
     return Finding("autovacuum", "ok", "on, for the messages table too")

@@ -39,12 +39,16 @@ SELECT current_setting('max_connections')::int AS max_connections,
 
 -- name: autovacuum
 -- returns: AutovacuumRow
+-- Of the live generation of the messages: the rotation turns autovacuum off on
+-- a drained one until it is emptied (app/queue/rotation.py).
 SELECT current_setting('autovacuum')::boolean AS server_on,
        current_setting('track_counts')::boolean AS track_counts,
+       l.live_table,
        coalesce((SELECT option_value::boolean
                  FROM pg_class AS c, pg_options_to_table(c.reloptions)
-                 WHERE c.oid = to_regclass('leaseq.messages_g0')
-                   AND option_name = 'autovacuum_enabled'), true) AS table_on;
+                 WHERE c.oid = to_regclass(l.live_table)
+                   AND option_name = 'autovacuum_enabled'), true) AS table_on
+FROM (SELECT format('leaseq.messages_g%s', r.live) AS live_table FROM leaseq.rotation AS r) AS l;
 
 -- name: durability
 -- returns: DurabilityRow

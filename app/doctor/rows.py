@@ -35,6 +35,7 @@ class ConnectionLimitsRow(TypedDict):
 class AutovacuumRow(TypedDict):
     server_on: bool
     track_counts: bool
+    live_table: str
     table_on: bool
 
 

@@ -29,8 +29,6 @@ from app.db.queries import Query
 R = TypeVar("R")
 
 PARENT = "leaseq.messages"
-CHANNEL = "leaseq_rotation"
-"""Notified when the rotation publishes a new epoch."""
 EPOCH_LOCKS = 0x6C71_6570
 """The first key of the epochs' advisory locks ("lqep"), the epoch the second."""
 

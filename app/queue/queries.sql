@@ -2196,7 +2196,7 @@ states AS (
     FROM turned
     WHERE g.generation IN (:target, :live)
 )
-SELECT t.epoch, pg_notify('leaseq_rotation', CAST(t.epoch AS text)) AS notified
+SELECT t.epoch
 FROM turned AS t, published;
 
 -- name: finish_drain
@@ -2213,7 +2213,7 @@ states AS (
     FROM turned
     WHERE g.generation = :draining
 )
-SELECT t.epoch, pg_notify('leaseq_rotation', CAST(t.epoch AS text)) AS notified
+SELECT t.epoch
 FROM turned AS t;
 
 -- name: publish_live

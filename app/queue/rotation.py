@@ -8,8 +8,8 @@ process killed, the database restarted) is taken up by the next, in whichever
 process holds the lock then.
 
 1. Due: the live generation has left behind ROTATE_AFTER row versions (doubled
-   for each generation still waiting to be emptied) and at least four times
-   what it holds. A spare (empty) generation becomes live, or a new one is made
+   for each generation waiting to be emptied past PINNED_BEFORE_DOUBLING) and at
+   least four times what it holds. A spare (empty) generation becomes live, or a new one is made
    (a pg_dump may hold the others: it locks every table it dumps until it
    ends). A new epoch names it live and the old one draining; sends go into
    the new one, everything else reads through the parent (app/queue/generations.py).
@@ -39,14 +39,19 @@ from app.queue.periodic import every
 from app.queue.rows import RotationRow
 from app.queue.sql import Q
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("leaseq.rotation")
 
 ROTATE_AFTER = 300_000
 """Row versions the live generation leaves behind before it rotates (settings)."""
 STANDING_RATIO = 4
 """...and at least this many times the messages it holds, so that moving them
 is a bounded share of the work the rotation saves."""
-MAX_GENERATIONS = 16
+MAX_GENERATIONS = 32
+PINNED_BEFORE_DOUBLING = 8
+"""While a pg_dump holds the drained generations, each rotation makes a new one;
+past this many waiting to be emptied, the threshold doubles with each, so that a
+long dump does not make one generation a minute (a statement through the parent
+plans every generation)."""
 BATCH = 200
 """Messages moved by one statement: what waits for them waits that long."""
 DRAIN_SECONDS = 5.0
@@ -88,7 +93,7 @@ class Rotation:
     def _due(self, state: RotationRow) -> bool:
         if self._rotate_after <= 0:
             return False
-        needed = self._rotate_after * 2 ** len(state["used"])
+        needed = self._rotate_after * 2 ** max(0, len(state["used"]) - PINNED_BEFORE_DOUBLING)
         settled = state["settled"] or 0
         return settled >= needed and settled >= STANDING_RATIO * (state["standing"] or 0)
 
@@ -116,16 +121,10 @@ class Rotation:
         return bool(rows)
 
     async def _make(self, generation: int) -> bool:
-        try:
-            async with self._db.transaction() as tx:
-                await tx.execute(Q.lock_briefly)
-                await tx.execute(Q.make_generation, {"generation": generation})
-        except DatabaseError as exc:
-            if exc.sqlstate != LOCK_NOT_AVAILABLE:
-                raise
-            return False
-        _log.info("rotation: generation %d made", generation)
-        return True
+        made = await self._brief(Q.make_generation, {"generation": generation})
+        if made:
+            _log.info("rotation: generation %d made", generation)
+        return made
 
     async def _republish(self, state: RotationRow) -> None:
         # A rotation cut short after its sequence moved and before its row did:
@@ -186,6 +185,7 @@ class Rotation:
         """Step 3 for a drained generation: whether it was emptied."""
         try:
             async with self._db.transaction() as tx:
+                await tx.execute(Q.lock_briefly)
                 await tx.execute(on(Q.lock_generation, generation))
                 # Nothing can write into it while it is locked: one pass moves all.
                 move = on(Q.move_messages, generation)
@@ -207,16 +207,18 @@ class Rotation:
         _log.info("rotation: generation %d emptied", generation)
         return True
 
-    async def _brief(self, query: Query[Any]) -> None:
-        """A catalog change that waits at most a fifth of a second for its lock,
-        or is skipped."""
+    async def _brief(self, query: Query[Any], params: dict[str, Any] | None = None) -> bool:
+        """A catalog change that waits at most a fifth of a second for its locks:
+        whether it was made (else it is tried again at a later step)."""
         try:
             async with self._db.transaction() as tx:
                 await tx.execute(Q.lock_briefly)
-                await tx.execute(query)
+                await tx.execute(query, params or {})
         except DatabaseError as exc:
             if exc.sqlstate != LOCK_NOT_AVAILABLE:
                 raise
+            return False
+        return True
 
     async def _fetchrow(self, query: Query[Any], params: dict[str, Any]) -> Any:
         rows = await self._db.fetch(query, params)

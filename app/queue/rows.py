@@ -362,7 +362,6 @@ class RotationRow(TypedDict):
 
 class RotatedRow(TypedDict):
     epoch: int
-    notified: None
 
 
 class PublishedRow(TypedDict):

@@ -239,3 +239,35 @@ async def test_a_send_of_the_sql_api_in_an_open_transaction_is_moved_once_commit
 
     await eventually(moved)
     assert [m["body"] for m in await receive(client, queue)] == ["outbox"]
+
+
+async def test_the_old_generation_is_emptied_while_a_transaction_holds_the_horizon(
+    app_factory: AppClient, db: asyncpg.Connection, database_url: str
+) -> None:
+    client = await app_factory(rotate_after=0)
+    queue = await make_queue(client)
+    holder = await asyncpg.connect(plain_url(database_url))
+    try:
+        # A report's snapshot, on no table of leaseq's: no VACUUM removes a row
+        # version settled after it began.
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT 1")
+        for _ in range(6):
+            _ok(await client.post(f"/v1/queues/{queue}/messages", json={
+                "messages": [{"body": "x" * 200} for _ in range(100)]}))
+            while batch := await receive(client, queue, max=10):
+                for message in batch:
+                    _ok(await client.delete(
+                        f"/v1/queues/{queue}/messages/{message['receipt_handle']}"), 204)
+        await db.execute("VACUUM leaseq.messages_g0")
+        kept = await db.fetchval("SELECT pg_relation_size('leaseq.messages_g0')")
+        assert kept >= 10 * 8192, "the settled history was removed: the horizon is not held"
+
+        old, _new = await _rotated(client, db)
+
+        assert old == 0
+        assert await db.fetchval("SELECT pg_relation_size('leaseq.messages_g0')") == 0
+        assert await holder.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                     "WHERE pid = pg_backend_pid() AND backend_xmin IS NOT NULL")
+    finally:
+        await holder.close()
