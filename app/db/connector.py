@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -96,7 +97,7 @@ class ConstraintViolation(DatabaseError):
         self.constraint = constraint
 
 
-SERIALIZATION_TRIES = 3
+SERIALIZATION_RETRY_SECONDS = 5.0
 
 
 class Router(Protocol):
@@ -148,14 +149,20 @@ class Session:
             query, ticket = router.enter(query)
         try:
             args = [params[name] for name in query.params]
-            for tries_left in range(SERIALIZATION_TRIES - 1, -1, -1):
+            deadline = None
+            while True:
                 try:
                     return await method(query.sql, *args)
                 except asyncpg.SerializationError as exc:
                     # A row it waited for was moved to another partition (the
-                    # rotation of generations): a statement that is its own
-                    # transaction did nothing, and run again it finds the row.
-                    if tries_left and not self._driver.is_in_transaction():
+                    # rotation of generations, a batch of rows at a time): a
+                    # statement that is its own transaction did nothing, and
+                    # run again it finds the row where it went. One of many
+                    # rows (a heartbeat of a hundred leases) may meet several
+                    # batches of one drain, which lasts a fraction of a second.
+                    now = time.monotonic()
+                    deadline = deadline or now + SERIALIZATION_RETRY_SECONDS
+                    if now < deadline and not self._driver.is_in_transaction():
                         continue
                     raise DatabaseUnavailable(
                         "A row this request waited for was moved meanwhile; try again."

@@ -271,3 +271,38 @@ async def test_the_old_generation_is_emptied_while_a_transaction_holds_the_horiz
                                      "WHERE pid = pg_backend_pid() AND backend_xmin IS NOT NULL")
     finally:
         await holder.close()
+
+
+async def test_heartbeats_of_many_leases_all_hold_while_their_messages_are_moved(
+    app_factory: AppClient, db: asyncpg.Connection
+) -> None:
+    """A heartbeat of a hundred leases waits for rows the rotation moves a batch
+    at a time; it may meet several batches of one drain, and is run again until
+    it finds them all, never answered with an error."""
+    client = await app_factory(rotate_after=0)
+    queue = await make_queue(client, visibility_timeout=600)
+    for _ in range(30):
+        _ok(await client.post(f"/v1/queues/{queue}/messages", json={
+            "messages": [{"body": "held"} for _ in range(100)]}))
+    handles: list[str] = []
+    while batch := await receive(client, queue, max=10):
+        handles.extend(m["receipt_handle"] for m in batch)
+    assert len(handles) == 3000
+    stop = asyncio.Event()
+    answers: list[tuple[int, int]] = []
+
+    async def beat(chunk: list[str]) -> None:
+        entries = [{"receipt_handle": h, "timeout": 600} for h in chunk]
+        while not stop.is_set():
+            response = await client.post(f"/v1/queues/{queue}/messages/visibility",
+                                         json={"entries": entries})
+            failed = response.json().get("failed", 0) if response.status_code == 200 else 0
+            answers.append((response.status_code, failed))
+
+    beaters = [asyncio.create_task(beat(handles[i:i + 100])) for i in range(0, 3000, 100)]
+    try:
+        await _rotated(client, db)
+    finally:
+        stop.set()
+        await asyncio.gather(*beaters)
+    assert answers and set(answers) == {(200, 0)}
