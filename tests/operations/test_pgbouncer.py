@@ -294,11 +294,11 @@ async def test_the_message_cycle_through_transaction_pooling(
     assert set(delivered) == expected
 
     # It went through PgBouncer: the pools' connections are its few server
-    # connections, and the LISTEN and maintenance lock connections (direct, on
-    # LEASEQ_LISTEN_URL) are the services' own.
+    # connections, and the LISTEN, maintenance lock and epoch connections (direct,
+    # on LEASEQ_LISTEN_URL) are the services' own.
     database = str(make_url(database_url).database)
     backends = await _server_backends(database_url, database)
-    direct = ("leaseq-listener", "leaseq-maintenance")
+    direct = ("leaseq-listener", "leaseq-maintenance", "leaseq-epochs")
     assert all(backends.get(name) == 2 for name in direct), backends
     pooled = sum(n for name, n in backends.items() if name not in direct)
     assert 0 < pooled <= SERVER_POOL, backends
