@@ -93,7 +93,7 @@ class ConstraintViolation(DatabaseError):
     """A statement broke an integrity constraint; `constraint` names it."""
 
     def __init__(self, constraint: str | None) -> None:
-        super().__init__(f"constraint {constraint} violated", "23000")
+        super().__init__(f"constraint {constraint} violated")
         self.constraint = constraint
 
 
@@ -172,7 +172,6 @@ class Session:
         finally:
             if router is not None:
                 router.leave(ticket)
-        raise AssertionError("unreachable")
 
 
 def _refused(query: Query[Any], exc: asyncpg.PostgresError) -> Exception:
