@@ -32,7 +32,7 @@ from bench._harness import (
     settle,
     wal_counter,
 )
-from bench._horizon import Holder, SlowDump, dead_rows, holder_age
+from bench._horizon import Holder, SlowDump, dead_rows, holder_age, rotation
 
 MINIMAL_QUEUE = 1  # the minimal table's queue column
 
@@ -112,6 +112,8 @@ def run(service: Service, url: str, plan: Plan, *,
             service_cpu=service_cpu, database_cpu=service.database_cpu_seconds, wal_bytes=wal)
         row["database_us_by_role"] = _per_message(before, cpu_by_role(postmaster, url), row)
         row.update(dead_rows(url, target.table))
+        if plan.kind == "rest":
+            row.update(rotation(url))
         return row
 
     clean = window(plan.window)

@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncpg
 
-from bench._harness import execute, fetch_ids
+from bench._harness import execute, fetch_ids, fetch_rows
 
 PADDING = "bench_dump_padding"
 
@@ -220,3 +220,13 @@ def holder_age(url: str, pid: int | None) -> int | None:
     found = fetch_ids(url, "SELECT age(backend_xmin) FROM pg_stat_activity "
                       "WHERE pid = $1 AND backend_xmin IS NOT NULL", pid)
     return int(next(iter(found))) if found else None
+
+
+def rotation(url: str) -> dict[str, int]:
+    """The rotation of leaseq's generations as it stands: its epoch (one more
+    at each rotation start and each drain's end) and the generations waiting
+    to be emptied, so that a window's figures can be read beside them."""
+    row = fetch_rows(url, """
+        SELECT r.epoch, (SELECT count(*) FROM leaseq.generations WHERE state = 'used')
+        FROM leaseq.rotation AS r""")[0]
+    return {"epoch": int(row[0]), "generations_used": int(row[1])}

@@ -3,6 +3,7 @@
 Issue 44's rows:
 
     python -m bench.history [--quick] [--minutes 5,30] [--only horizon|dump|tenants|backlog]
+                            [--batch 1|10] [--leaseq-only]
     python -m bench --history     (the same rows after the default suite)
 
 Starts `leaseq serve` as the other benchmarks do (embedded PostgreSQL unless
@@ -56,6 +57,8 @@ from bench.longpoll import database_url
 
 RESULTS = Path(__file__).parent / "results"
 SECTIONS = ("horizon", "dump", "tenants", "backlog")
+BATCHES = (1, 10)
+KINDS = ("rest", "minimal")
 PADDING_ROWS = 200_000
 
 
@@ -63,16 +66,20 @@ def _window(held_seconds: float, quick: bool) -> float:
     return min(15.0 if quick else 60.0, max(held_seconds / 4, 1.0))
 
 
-def horizon(service: Service, url: str, *, minutes: list[float], quick: bool) -> dict[str, Any]:
+def horizon(service: Service, url: str, *, minutes: list[float], quick: bool,
+            batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
+            ) -> dict[str, Any]:
     held = max(minutes) * 60
     runs = [_held.run(service, url, _held.Plan(kind, batch, "transaction", held,
                                                _window(held, quick)))
-            for batch in (1, 10) for kind in ("rest", "minimal")]
-    asyncio.run(minimal.drop(url))
+            for batch in batches for kind in kinds]
+    if "minimal" in kinds:
+        asyncio.run(minimal.drop(url))
     return {"marks_minutes": minutes, "runs": runs}
 
 
-def dump(service: Service, url: str, *, minutes: list[float], quick: bool) -> dict[str, Any]:
+def dump(service: Service, url: str, *, minutes: list[float], quick: bool,
+         batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     binary, version = _horizon.pg_dump_binary(url)
     if binary is None:
         return {"skipped": version}
@@ -83,15 +90,16 @@ def dump(service: Service, url: str, *, minutes: list[float], quick: bool) -> di
         runs = [_held.run(service, url, _held.Plan("rest", batch, "pg_dump", held,
                                                    _window(held, quick)),
                           dump=(binary, full["bytes"]))
-                for batch in (1, 10)]
+                for batch in batches]
     finally:
         _horizon.unpad(url)
     return {"marks_minutes": [min(minutes)], "pg_dump": version, "full_dump": full,
             "padding_rows": PADDING_ROWS, "runs": runs}
 
 
-def measure(*, quick: bool, minutes: list[float] | None = None,
-            only: str | None = None) -> dict[str, Any]:
+def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None = None,
+            batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
+            ) -> dict[str, Any]:
     minutes = minutes or ([1.0] if quick else [5.0, 30.0])
     sections = [only] if only else list(SECTIONS)
     seconds = 2.0 if quick else 10.0
@@ -107,9 +115,10 @@ def measure(*, quick: bool, minutes: list[float] | None = None,
             "server_version": _horizon.server_major(url), "minutes": minutes,
         }
         if "horizon" in sections:
-            report["horizon"] = horizon(service, url, minutes=minutes, quick=quick)
+            report["horizon"] = horizon(service, url, minutes=minutes, quick=quick,
+                                        batches=batches, kinds=kinds)
         if "dump" in sections:
-            report["dump"] = dump(service, url, minutes=minutes, quick=quick)
+            report["dump"] = dump(service, url, minutes=minutes, quick=quick, batches=batches)
         if "tenants" in sections:
             report["tenants"] = _standing.rows(
                 service, url, counts=[per_tenant_row] * len(tenants),
@@ -147,7 +156,7 @@ def print_held(section: dict[str, Any], title: str) -> None:
     print(f"\n{title}")
     print(f"{'held':<30}{'msg/s':>7}{'x clean':>8}{'db us/msg':>10}{'x clean':>8}"
           f"{'svc us/msg':>11}{'x clean':>8}{'x min db':>9}{'dead rows':>10}"
-          f"{'dead leaseq':>12}{'xmin age':>9}{'lost':>6}{'dup':>5}")
+          f"{'dead leaseq':>12}{'xmin age':>9}{'lost':>6}{'dup':>5}{'epoch':>6}")
     floors = {run["batch"]: run for run in runs if run["kind"] == "minimal"}
     for run in runs:
         floor = floors.get(run["batch"]) if run["kind"] == "rest" else None
@@ -171,7 +180,8 @@ def print_held(section: dict[str, Any], title: str) -> None:
                   f"{_x(row.get('service_us_x_clean', own)):>8}"
                   f"{_x(against):>9}{_k(row['dead_rows']):>10}"
                   f"{_k(row['dead_rows_leaseq']) if run['kind'] == 'rest' else '-':>12}"
-                  f"{_k(row.get('holder_age_xids')):>9}{row['lost']:>6}{row['duplicated']:>5}")
+                  f"{_k(row.get('holder_age_xids')):>9}{row['lost']:>6}{row['duplicated']:>5}"
+                  f"{row.get('epoch', '-'):>6}")
         for label, row, _ in (entries[0], entries[-1]):
             roles = row.get("database_us_by_role")
             if roles:
@@ -183,7 +193,8 @@ def print_held(section: dict[str, Any], title: str) -> None:
     print("  (us/msg: CPU microseconds per message deleted; x clean: against the same run's "
           "clean window; x min db: against the minimal table's window of the same time; dead "
           "rows: n_dead_tup of the queue's table, and of every leaseq table; xmin age: "
-          "transactions the horizon is held back by)")
+          "transactions the horizon is held back by; epoch: the rotation's at the window's end, "
+          "two more a rotation)")
 
 
 def print_standing(rows: list[dict[str, Any]], title: str, tenants: bool) -> None:
@@ -249,9 +260,15 @@ def cli() -> None:
                         help="minutes the horizon is held, marks to report (default 5,30; "
                         "--quick: 1)")
     parser.add_argument("--only", choices=SECTIONS, help="one section only")
+    parser.add_argument("--batch", type=int, choices=BATCHES, action="append",
+                        help="the held rows of this batch size only (repeatable)")
+    parser.add_argument("--leaseq-only", action="store_true",
+                        help="held horizon: leaseq's rows without the minimal table's")
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     args = parser.parse_args()
-    report = measure(quick=args.quick, minutes=args.minutes, only=args.only)
+    report = measure(quick=args.quick, minutes=args.minutes, only=args.only,
+                     batches=tuple(args.batch or BATCHES),
+                     kinds=("rest",) if args.leaseq_only else KINDS)
     print_report(report)
     print(f"written to {write(report, args.output)}")
 
