@@ -8,7 +8,8 @@ up. Each window is one `apart.run` (its rate, CPU per message, WAL, lost and
 duplicated, as the apart rows measure them); between two windows the load
 pauses for the moment the generator processes take to stop and start again,
 the horizon staying held. The messages standing at a window's end are the
-next window's backlog, so a message lost anywhere in the run is counted;
+next window's backlog (topped up to the plan's), so a message lost anywhere in
+the run is counted;
 a duplicate is counted within its window (the consumers delete whatever they
 receive, and a lease lasts 10 minutes).
 """
@@ -16,6 +17,7 @@ receive, and a lease lasts 10 minutes).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ class Plan:
     producers: int = 8
     consumers: int = 8
     backlog: int = 1000
+    tenants: int | None = None  # "rest": a fair queue, its messages naming this many tenants
 
 
 @dataclass
@@ -62,9 +65,11 @@ class _Target:
 
 def _prepare(service: Service, url: str, plan: Plan) -> _Target:
     if plan.kind == "rest":
-        name = f"held-{plan.hold.replace('_', '-')}-{plan.batch}-{uuid.uuid4().hex[:6]}"
+        fair = "" if plan.tenants is None else f"fair{plan.tenants}-"
+        name = (f"held-{plan.hold.replace('_', '-')}-{fair}{plan.batch}-"
+                f"{uuid.uuid4().hex[:6]}")
         call(service.port, "POST", "/v1/queues", {"name": name})
-        prefilled = apart.prefill_rest(service.port, name, plan.backlog)
+        prefilled = apart.prefill_rest(service.port, name, plan.backlog, plan.tenants)
         target = _Target(service.port, name, "leaseq.messages",
                          "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1",
                          find_queue_id(url, name), prefilled)
@@ -76,6 +81,25 @@ def _prepare(service: Service, url: str, plan: Plan) -> _Target:
                          MINIMAL_QUEUE, prefilled)
     settle(url, target.table)
     return target
+
+
+def _top_up(plan: Plan, target: _Target, missing: int) -> set[str]:
+    """`missing` more messages sent to the run's queue; their ids."""
+    if missing <= 0:
+        return set()
+    if plan.kind == "rest":
+        return apart.prefill_rest(target.target, target.queue, missing, plan.tenants)
+    return apart.prefill_minimal(target.target, target.queue, missing)
+
+
+def _canary_ms() -> float:
+    """Milliseconds this process takes to hash 64 MiB, the load paused: on a
+    shared machine, a window whose canary is slower than the clean window's ran
+    on a slower machine, whatever leaseq did."""
+    data = bytes(64 * 2**20)
+    start = time.perf_counter()
+    hashlib.sha256(data).digest()
+    return (time.perf_counter() - start) * 1000
 
 
 def _clean_up(service: Service, url: str, plan: Plan, target: _Target) -> None:
@@ -104,13 +128,22 @@ def run(service: Service, url: str, plan: Plan, *,
     postmaster = service.postmasters()[0]
 
     def window(seconds: float) -> dict[str, Any]:
+        # Each window's producers take `backlog` as standing when it starts: a
+        # window's consumers end with one more receive than its producers can
+        # refill, so what they took is sent again first (else the backlog
+        # shrinks window by window, and the producers wait for room that never
+        # comes once it is gone).
+        standing["ids"] |= _top_up(plan, target, plan.backlog - len(standing["ids"]))
+        canary = _canary_ms()
         before = cpu_by_role(postmaster, url)
         row = apart.run(
             plan.kind, target.target, target.queue, producers=plan.producers,
             consumers=plan.consumers, batch=plan.batch, backlog=plan.backlog, seconds=seconds,
             processes=plan.processes, prefilled=standing["ids"], remaining=remaining,
-            service_cpu=service_cpu, database_cpu=service.database_cpu_seconds, wal_bytes=wal)
+            service_cpu=service_cpu, database_cpu=service.database_cpu_seconds, wal_bytes=wal,
+            tenants=plan.tenants)
         row["database_us_by_role"] = _per_message(before, cpu_by_role(postmaster, url), row)
+        row["canary_ms"] = canary
         row.update(dead_rows(url, target.table))
         if plan.kind == "rest":
             row.update(rotation(url))
@@ -140,12 +173,15 @@ def run(service: Service, url: str, plan: Plan, *,
             windows.append(row)
     finally:
         held = holder.stop()
+    fair = (bool(call(service.port, "GET", f"/v1/queues/{target.queue}")["attributes"]["fair"])
+            if plan.kind == "rest" else None)
     _clean_up(service, url, plan, target)
     for row in windows:
         row.update(_ratios(row, clean))
     every = [clean, *windows]
     return {
         "kind": plan.kind, "batch": plan.batch, "hold": plan.hold,
+        "tenants": plan.tenants, "fair": fair,
         "producers": plan.producers, "consumers": plan.consumers, "backlog": plan.backlog,
         "held_seconds": plan.held_seconds, "window_seconds": plan.window,
         "clean": clean, "windows": windows, "holder": held,
@@ -174,7 +210,8 @@ def _ratios(row: dict[str, Any], clean: dict[str, Any]) -> dict[str, float | Non
             return None
         return float(row[key]) / float(clean[key])
 
-    return {"rate_x_clean": ratio("messages_per_second"),
+    return {"canary_x_clean": ratio("canary_ms"),
+            "rate_x_clean": ratio("messages_per_second"),
             "database_us_x_clean": ratio("database_us_per_message"),
             "service_us_x_clean": ratio("service_us_per_message")}
 

@@ -17,6 +17,7 @@ service and PostgreSQL, and the WAL written per message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -61,17 +62,27 @@ class _Level:
 # -- leaseq's REST API ---------------------------------------------------------
 
 
+def _messages(count: int, tenants: int | None, first: int = 0) -> list[dict[str, str]]:
+    """Bodies to send; on a fair queue (`tenants`), message n names tenant n % tenants."""
+    if tenants is None:
+        return [{"body": "x"}] * count
+    return [{"body": "x", "group": f"t{(first + i) % tenants}"} for i in range(count)]
+
+
 async def _rest_producer(port: int, queue: str, batch: int, until: float, level: _Level,
-                         share: Share) -> None:
+                         share: Share, tenants: int | None = None) -> None:
     http = await Http.open(port)
     path = f"/v1/queues/{queue}/messages"
+    sent_so_far = 0
     try:
         while await level.room_for(batch, until):
+            messages = _messages(batch, tenants, sent_so_far)
+            sent_so_far += batch
             if batch == 1:
-                _, sent = await http.request("POST", path, {"body": "x"})
+                _, sent = await http.request("POST", path, messages[0])
                 share.sent.append(sent["message_id"])
             else:
-                _, sent = await http.request("POST", path, {"messages": [{"body": "x"}] * batch})
+                _, sent = await http.request("POST", path, {"messages": messages})
                 share.sent.extend(r["message_id"] for r in sent["results"])
     finally:
         http.close()
@@ -135,14 +146,15 @@ async def _sql_consumer(dsn: str, queue: int, batch: int, until: float, level: _
 
 
 def _generator(kind: str, target: Any, queue: Any, producers: int, consumers: int,
-               batch: int, seconds: float, cap: int) -> Share:
+               batch: int, seconds: float, cap: int, tenants: int | None = None) -> Share:
     share = Share()
     before = resource.getrusage(resource.RUSAGE_SELF)
 
     async def main() -> None:
         until = time.monotonic() + seconds
         level = _Level(cap)
-        produce, consume = ((_rest_producer, _rest_consumer) if kind == "rest"
+        produce, consume = ((functools.partial(_rest_producer, tenants=tenants),
+                             _rest_consumer) if kind == "rest"
                             else (_sql_producer, _sql_consumer))
         await asyncio.gather(
             *(produce(target, queue, batch, until, level, share) for _ in range(producers)),
@@ -162,10 +174,11 @@ def _split(total: int, parts: int) -> list[int]:
 def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, batch: int,
         backlog: int, seconds: float, processes: int, prefilled: set[str], remaining: Any,
         service_cpu: Any = None, database_cpu: Any = None, wal_bytes: Any = None,
-        ) -> dict[str, Any]:
+        tenants: int | None = None) -> dict[str, Any]:
     """One row: `prefilled` holds the ids of the `backlog` messages sent before
     it; `remaining()` the ids still queued after it; the three counters are as
-    in bench/cycle.py's run."""
+    in bench/cycle.py's run. `tenants`: the REST producers' messages name that
+    many tenants in turn (a fair queue)."""
     processes = max(1, min(processes, producers, consumers))
     shares_of = list(zip(_split(producers, processes), _split(consumers, processes),
                          _split(backlog, processes), strict=True))
@@ -174,7 +187,8 @@ def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, b
     wal_before = wal_bytes() if wal_bytes else None
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures = [pool.submit(_generator, kind, target, queue, p, c, batch, seconds, cap)
+        futures = [pool.submit(_generator, kind, target, queue, p, c, batch, seconds, cap,
+                               tenants)
                    for p, c, cap in shares_of]
         shares = [f.result() for f in futures]
     wall = time.monotonic() - start
@@ -208,9 +222,10 @@ def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, b
     }
 
 
-def prefill_rest(port: int, queue: str, count: int) -> set[str]:
+def prefill_rest(port: int, queue: str, count: int, tenants: int | None = None) -> set[str]:
     """Sends `count` messages in batches of 100 (the bench runs the service
-    with LEASEQ_MAX_BATCH=100) before the clock starts; their ids."""
+    with LEASEQ_MAX_BATCH=100) before the clock starts, naming `tenants` in
+    turn if given; their ids."""
     async def go() -> set[str]:
         http = await Http.open(port)
         ids: set[str] = set()
@@ -218,7 +233,7 @@ def prefill_rest(port: int, queue: str, count: int) -> set[str]:
             while len(ids) < count:
                 n = min(100, count - len(ids))
                 _, sent = await http.request("POST", f"/v1/queues/{queue}/messages",
-                                             {"messages": [{"body": "x"}] * n})
+                                             {"messages": _messages(n, tenants, len(ids))})
                 ids.update(r["message_id"] for r in sent["results"])
         finally:
             http.close()

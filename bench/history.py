@@ -3,7 +3,7 @@
 Issue 44's rows:
 
     python -m bench.history [--quick] [--minutes 5,30] [--only horizon|dump|tenants|backlog]
-                            [--batch 1|10] [--leaseq-only]
+                            [--batch 1|10] [--leaseq-only] [--fair TENANTS]
     python -m bench --history     (the same rows after the default suite)
 
 Starts `leaseq serve` as the other benchmarks do (embedded PostgreSQL unless
@@ -68,10 +68,11 @@ def _window(held_seconds: float, quick: bool) -> float:
 
 def horizon(service: Service, url: str, *, minutes: list[float], quick: bool,
             batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
-            ) -> dict[str, Any]:
+            tenants: int | None = None) -> dict[str, Any]:
     held = max(minutes) * 60
     runs = [_held.run(service, url, _held.Plan(kind, batch, "transaction", held,
-                                               _window(held, quick)))
+                                               _window(held, quick),
+                                               tenants=tenants if kind == "rest" else None))
             for batch in batches for kind in kinds]
     if "minimal" in kinds:
         asyncio.run(minimal.drop(url))
@@ -99,7 +100,7 @@ def dump(service: Service, url: str, *, minutes: list[float], quick: bool,
 
 def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None = None,
             batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
-            ) -> dict[str, Any]:
+            held_tenants: int | None = None) -> dict[str, Any]:
     minutes = minutes or ([1.0] if quick else [5.0, 30.0])
     sections = [only] if only else list(SECTIONS)
     seconds = 2.0 if quick else 10.0
@@ -116,7 +117,7 @@ def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None
         }
         if "horizon" in sections:
             report["horizon"] = horizon(service, url, minutes=minutes, quick=quick,
-                                        batches=batches, kinds=kinds)
+                                        batches=batches, kinds=kinds, tenants=held_tenants)
         if "dump" in sections:
             report["dump"] = dump(service, url, minutes=minutes, quick=quick, batches=batches)
         if "tenants" in sections:
@@ -156,12 +157,13 @@ def print_held(section: dict[str, Any], title: str) -> None:
     print(f"\n{title}")
     print(f"{'held':<30}{'msg/s':>7}{'x clean':>8}{'db us/msg':>10}{'x clean':>8}"
           f"{'svc us/msg':>11}{'x clean':>8}{'x min db':>9}{'dead rows':>10}"
-          f"{'dead leaseq':>12}{'xmin age':>9}{'lost':>6}{'dup':>5}{'epoch':>6}")
+          f"{'dead leaseq':>12}{'xmin age':>9}{'lost':>6}{'dup':>5}{'epoch':>6}{'machine':>8}")
     floors = {run["batch"]: run for run in runs if run["kind"] == "minimal"}
     for run in runs:
         floor = floors.get(run["batch"]) if run["kind"] == "rest" else None
-        name = (f"{'leaseq' if run['kind'] == 'rest' else 'minimal'} "
-                f"{'single' if run['batch'] == 1 else 'batch 10'}")
+        what = ("minimal" if run["kind"] != "rest" else
+                f"fair {run['tenants']}" if run.get("tenants") else "leaseq")
+        name = f"{what} {'single' if run['batch'] == 1 else 'batch 10'}"
         entries = [("clean", run["clean"], None if floor is None else floor["clean"])]
         for i in _held.shown(run["windows"], section["marks_minutes"]):
             window = run["windows"][i]
@@ -181,7 +183,7 @@ def print_held(section: dict[str, Any], title: str) -> None:
                   f"{_x(against):>9}{_k(row['dead_rows']):>10}"
                   f"{_k(row['dead_rows_leaseq']) if run['kind'] == 'rest' else '-':>12}"
                   f"{_k(row.get('holder_age_xids')):>9}{row['lost']:>6}{row['duplicated']:>5}"
-                  f"{row.get('epoch', '-'):>6}")
+                  f"{row.get('epoch', '-'):>6}{_x(row.get('canary_x_clean', 1.0)):>8}")
         for label, row, _ in (entries[0], entries[-1]):
             roles = row.get("database_us_by_role")
             if roles:
@@ -194,7 +196,8 @@ def print_held(section: dict[str, Any], title: str) -> None:
           "clean window; x min db: against the minimal table's window of the same time; dead "
           "rows: n_dead_tup of the queue's table, and of every leaseq table; xmin age: "
           "transactions the horizon is held back by; epoch: the rotation's at the window's end, "
-          "two more a rotation)")
+          "two more a rotation; machine: the time this process took to hash 64 MiB before the "
+          "window, against the clean window's: above 1, the shared machine was slower)")
 
 
 def print_standing(rows: list[dict[str, Any]], title: str, tenants: bool) -> None:
@@ -264,11 +267,15 @@ def cli() -> None:
                         help="the held rows of this batch size only (repeatable)")
     parser.add_argument("--leaseq-only", action="store_true",
                         help="held horizon: leaseq's rows without the minimal table's")
+    parser.add_argument("--fair", type=int, metavar="TENANTS",
+                        help="held horizon: leaseq's rows on a fair queue, its messages "
+                        "naming this many tenants in turn")
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     args = parser.parse_args()
     report = measure(quick=args.quick, minutes=args.minutes, only=args.only,
                      batches=tuple(args.batch or BATCHES),
-                     kinds=("rest",) if args.leaseq_only else KINDS)
+                     kinds=("rest",) if args.leaseq_only else KINDS,
+                     held_tenants=args.fair)
     print_report(report)
     print(f"written to {write(report, args.output)}")
 

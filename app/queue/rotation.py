@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.db.connector import Connector, DatabaseError
@@ -166,19 +167,13 @@ class Rotation:
     async def move(self, draining: int, live: int) -> bool:
         """Moves `draining`'s messages into `live` for at most DRAIN_SECONDS;
         whether it holds none left."""
-        move = on(Q.move_messages, draining)
         drained = on(Q.drained, draining)
         deadline = time.monotonic() + DRAIN_SECONDS
-        after = 0
         while time.monotonic() < deadline:
-            row = await self._fetchrow(move, {
-                "after": after, "batch": BATCH, "draining": draining, "live": live})
-            if row is not None and row["moved"]:
-                after = row["last"]
-                continue
+            # A pass leaves rows locked meanwhile, or below the last id moved.
+            await _moved(self._db.fetch, draining, live, until=deadline)
             if (await self._fetchrow(drained, {}))["drained"]:
                 return True
-            after = 0  # rows skipped while locked, or below the last id moved
         return False
 
     async def empty(self, generation: int, live: int, *, force: bool = False) -> bool:
@@ -188,14 +183,7 @@ class Rotation:
                 await tx.execute(Q.lock_briefly)
                 await tx.execute(on(Q.lock_generation, generation))
                 # Nothing can write into it while it is locked: one pass moves all.
-                move = on(Q.move_messages, generation)
-                after = 0
-                while True:
-                    row = await tx.fetchrow(move, {
-                        "after": after, "batch": BATCH, "draining": generation, "live": live})
-                    if row is None or not row["moved"]:
-                        break
-                    after = row["last"]
+                await _moved(tx.fetch, generation, live)
                 await tx.execute(on(Q.truncate_generation, generation))
                 await tx.execute(on(Q.resume_autovacuum, generation))
                 if not force:
@@ -231,3 +219,17 @@ class Rotation:
         elif now - self._waiting_since > WARN_AFTER:
             _log.warning("rotation waits: " + message, *args)
             self._waiting_since = now
+
+
+async def _moved(fetch: Callable[..., Awaitable[list[Any]]], draining: int, live: int, *,
+                 until: float | None = None) -> None:
+    """One pass over `draining` by id, BATCH messages a statement moved into
+    `live`, until a statement moves none (or the monotonic time `until`)."""
+    move = on(Q.move_messages, draining)
+    after = 0
+    while until is None or time.monotonic() < until:
+        rows = await fetch(move, {"after": after, "batch": BATCH, "draining": draining,
+                                  "live": live})
+        if not rows or not rows[0]["moved"]:
+            return
+        after = rows[0]["last"]
