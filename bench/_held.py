@@ -50,7 +50,7 @@ class Plan:
     producers: int = 8
     consumers: int = 8
     backlog: int = 1000
-    tenants: int | None = None  # "rest": a fair queue, its messages naming this many tenants
+    spread: apart.Spread | None = None  # "rest": a fair or FIFO queue, the groups its messages name
 
 
 @dataclass
@@ -65,20 +65,21 @@ class _Target:
 
 def _prepare(service: Service, url: str, plan: Plan) -> _Target:
     if plan.kind == "rest":
-        fair = "" if plan.tenants is None else f"fair{plan.tenants}-"
-        name = (f"held-{plan.hold.replace('_', '-')}-{fair}{plan.batch}-"
-                f"{uuid.uuid4().hex[:6]}")
-        call(service.port, "POST", "/v1/queues", {"name": name})
-        prefilled = apart.prefill_rest(service.port, name, plan.backlog, plan.tenants)
+        spread = plan.spread
+        kind = "" if spread is None else spread.label().replace(" ", "") + "-"
+        fifo = spread is not None and spread.fifo
+        name = (f"held-{plan.hold.replace('_', '-')}-{kind}{plan.batch}-"
+                f"{uuid.uuid4().hex[:6]}{'.fifo' if fifo else ''}")
+        call(service.port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
         target = _Target(service.port, name, "leaseq.messages",
                          "SELECT message_id::text FROM leaseq.messages WHERE queue_id = $1",
-                         find_queue_id(url, name), prefilled)
+                         find_queue_id(url, name), set())
     else:
         asyncio.run(minimal.create(url))
         asyncio.run(minimal.reset(url))
-        prefilled = apart.prefill_minimal(url, MINIMAL_QUEUE, plan.backlog)
         target = _Target(url, MINIMAL_QUEUE, f"public.{minimal.TABLE}", minimal.REMAINING,
-                         MINIMAL_QUEUE, prefilled)
+                         MINIMAL_QUEUE, set())
+    target.prefilled = _top_up(plan, target, plan.backlog)
     settle(url, target.table)
     return target
 
@@ -88,7 +89,7 @@ def _top_up(plan: Plan, target: _Target, missing: int) -> set[str]:
     if missing <= 0:
         return set()
     if plan.kind == "rest":
-        return apart.prefill_rest(target.target, target.queue, missing, plan.tenants)
+        return apart.prefill_rest(target.target, target.queue, missing, plan.spread)
     return apart.prefill_minimal(target.target, target.queue, missing)
 
 
@@ -141,7 +142,7 @@ def run(service: Service, url: str, plan: Plan, *,
             consumers=plan.consumers, batch=plan.batch, backlog=plan.backlog, seconds=seconds,
             processes=plan.processes, prefilled=standing["ids"], remaining=remaining,
             service_cpu=service_cpu, database_cpu=service.database_cpu_seconds, wal_bytes=wal,
-            tenants=plan.tenants)
+            spread=plan.spread)
         row["database_us_by_role"] = _per_message(before, cpu_by_role(postmaster, url), row)
         row["canary_ms"] = canary
         row.update(dead_rows(url, target.table))
@@ -173,15 +174,17 @@ def run(service: Service, url: str, plan: Plan, *,
             windows.append(row)
     finally:
         held = holder.stop()
-    fair = (bool(call(service.port, "GET", f"/v1/queues/{target.queue}")["attributes"]["fair"])
-            if plan.kind == "rest" else None)
+    # What the queue really was (a fair queue turns fair on its first tenant).
+    attributes = (call(service.port, "GET", f"/v1/queues/{target.queue}")["attributes"]
+                  if plan.kind == "rest" else {})
     _clean_up(service, url, plan, target)
     for row in windows:
         row.update(_ratios(row, clean))
     every = [clean, *windows]
     return {
         "kind": plan.kind, "batch": plan.batch, "hold": plan.hold,
-        "tenants": plan.tenants, "fair": fair,
+        "spread": None if plan.spread is None else plan.spread.label(),
+        "fair": attributes.get("fair"), "fifo": attributes.get("fifo"),
         "producers": plan.producers, "consumers": plan.consumers, "backlog": plan.backlog,
         "held_seconds": plan.held_seconds, "window_seconds": plan.window,
         "clean": clean, "windows": windows, "holder": held,

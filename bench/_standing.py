@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from bench._harness import Http, Service, call, percentile, settle
+from bench.apart import Spread
 from bench.cycle import acknowledge
 
 CHUNK = 10_000  # messages a leaseq.send_batch call
@@ -44,8 +45,8 @@ def fill(url: str, queue: str, count: int, tenants: int | None, *, first: int = 
         try:
             for start in range(0, count, CHUNK):
                 n = min(CHUNK, count - start)
-                groups = (None if tenants is None
-                          else [f"t{(first + start + i) % tenants}" for i in range(n)])
+                groups = (None if tenants is None else
+                          [Spread(tenants).group(first + start + i) for i in range(n)])
                 await conn.fetchval(
                     "SELECT count(*) FROM leaseq.send_batch($1, array_fill('x'::text, "
                     "ARRAY[$2::int]), groups => $3::text[])", queue, n, groups)

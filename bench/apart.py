@@ -20,7 +20,9 @@ import asyncio
 import functools
 import resource
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -62,21 +64,40 @@ class _Level:
 # -- leaseq's REST API ---------------------------------------------------------
 
 
-def _messages(count: int, tenants: int | None, first: int = 0) -> list[dict[str, str]]:
-    """Bodies to send; on a fair queue (`tenants`), message n names tenant n % tenants."""
-    if tenants is None:
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How the REST producers' messages name groups: message n names group
+    n % `groups`, the tenants of a fair queue, or the message groups of a FIFO
+    queue (`fifo`: each message with a deduplication id of its own)."""
+
+    groups: int
+    fifo: bool = False
+
+    def label(self) -> str:
+        return f"fifo {self.groups}" if self.fifo else f"fair {self.groups}"
+
+    def group(self, n: int) -> str:
+        return f"{'g' if self.fifo else 't'}{n % self.groups}"
+
+
+def _messages(count: int, spread: Spread | None, first: int = 0) -> list[dict[str, str]]:
+    """Bodies to send, numbered from `first`."""
+    if spread is None:
         return [{"body": "x"}] * count
-    return [{"body": "x", "group": f"t{(first + i) % tenants}"} for i in range(count)]
+    if spread.fifo:
+        return [{"body": "x", "group": spread.group(first + i),
+                 "deduplication_id": uuid.uuid4().hex} for i in range(count)]
+    return [{"body": "x", "group": spread.group(first + i)} for i in range(count)]
 
 
 async def _rest_producer(port: int, queue: str, batch: int, until: float, level: _Level,
-                         share: Share, tenants: int | None = None) -> None:
+                         share: Share, spread: Spread | None = None) -> None:
     http = await Http.open(port)
     path = f"/v1/queues/{queue}/messages"
     sent_so_far = 0
     try:
         while await level.room_for(batch, until):
-            messages = _messages(batch, tenants, sent_so_far)
+            messages = _messages(batch, spread, sent_so_far)
             sent_so_far += batch
             if batch == 1:
                 _, sent = await http.request("POST", path, messages[0])
@@ -146,14 +167,14 @@ async def _sql_consumer(dsn: str, queue: int, batch: int, until: float, level: _
 
 
 def _generator(kind: str, target: Any, queue: Any, producers: int, consumers: int,
-               batch: int, seconds: float, cap: int, tenants: int | None = None) -> Share:
+               batch: int, seconds: float, cap: int, spread: Spread | None = None) -> Share:
     share = Share()
     before = resource.getrusage(resource.RUSAGE_SELF)
 
     async def main() -> None:
         until = time.monotonic() + seconds
         level = _Level(cap)
-        produce, consume = ((functools.partial(_rest_producer, tenants=tenants),
+        produce, consume = ((functools.partial(_rest_producer, spread=spread),
                              _rest_consumer) if kind == "rest"
                             else (_sql_producer, _sql_consumer))
         await asyncio.gather(
@@ -174,11 +195,11 @@ def _split(total: int, parts: int) -> list[int]:
 def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, batch: int,
         backlog: int, seconds: float, processes: int, prefilled: set[str], remaining: Any,
         service_cpu: Any = None, database_cpu: Any = None, wal_bytes: Any = None,
-        tenants: int | None = None) -> dict[str, Any]:
+        spread: Spread | None = None) -> dict[str, Any]:
     """One row: `prefilled` holds the ids of the `backlog` messages sent before
     it; `remaining()` the ids still queued after it; the three counters are as
-    in bench/cycle.py's run. `tenants`: the REST producers' messages name that
-    many tenants in turn (a fair queue)."""
+    in bench/cycle.py's run. `spread`: the groups the REST producers' messages
+    name (a fair or FIFO queue)."""
     processes = max(1, min(processes, producers, consumers))
     shares_of = list(zip(_split(producers, processes), _split(consumers, processes),
                          _split(backlog, processes), strict=True))
@@ -188,7 +209,7 @@ def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, b
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=processes) as pool:
         futures = [pool.submit(_generator, kind, target, queue, p, c, batch, seconds, cap,
-                               tenants)
+                               spread)
                    for p, c, cap in shares_of]
         shares = [f.result() for f in futures]
     wall = time.monotonic() - start
@@ -222,10 +243,10 @@ def run(kind: str, target: Any, queue: Any, *, producers: int, consumers: int, b
     }
 
 
-def prefill_rest(port: int, queue: str, count: int, tenants: int | None = None) -> set[str]:
+def prefill_rest(port: int, queue: str, count: int, spread: Spread | None = None) -> set[str]:
     """Sends `count` messages in batches of 100 (the bench runs the service
-    with LEASEQ_MAX_BATCH=100) before the clock starts, naming `tenants` in
-    turn if given; their ids."""
+    with LEASEQ_MAX_BATCH=100) before the clock starts, naming the groups of
+    `spread` in turn if given; their ids."""
     async def go() -> set[str]:
         http = await Http.open(port)
         ids: set[str] = set()
@@ -233,7 +254,7 @@ def prefill_rest(port: int, queue: str, count: int, tenants: int | None = None) 
             while len(ids) < count:
                 n = min(100, count - len(ids))
                 _, sent = await http.request("POST", f"/v1/queues/{queue}/messages",
-                                             {"messages": _messages(n, tenants, len(ids))})
+                                             {"messages": _messages(n, spread, len(ids))})
                 ids.update(r["message_id"] for r in sent["results"])
         finally:
             http.close()

@@ -3,7 +3,7 @@
 Issue 44's rows:
 
     python -m bench.history [--quick] [--minutes 5,30] [--only horizon|dump|tenants|backlog]
-                            [--batch 1|10] [--leaseq-only] [--fair TENANTS]
+                            [--batch 1|10] [--leaseq-only] [--fair TENANTS | --fifo GROUPS]
     python -m bench --history     (the same rows after the default suite)
 
 Starts `leaseq serve` as the other benchmarks do (embedded PostgreSQL unless
@@ -19,7 +19,10 @@ DATABASE_URL is set) and measures:
   whole leaseq schema), each against the same run's clean window; then the
   minimal queue table (bench/minimal.py) held the same way, the database's
   floor. Each minute mark of --minutes is the window nearest it (one run,
-  not one run a mark). Lost and duplicated must be 0.
+  not one run a mark). Lost and duplicated must be 0. With --fair T (--fifo
+  G), leaseq's rows run on a fair queue, its messages naming T tenants in
+  turn (a FIFO queue, G message groups, each message with a deduplication
+  id of its own), not paired with the minimal table.
 - dump: the REST rows again while `pg_dump` of the database runs for the
   shortest of --minutes: a table of 200,000 rows is added so that the dump
   has something to write, and its output is read at the pace that makes it
@@ -51,7 +54,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import _held, _horizon, _standing, minimal
+from bench import _held, _horizon, _standing, apart, minimal
 from bench._harness import Service, running_service, wait_settled
 from bench.longpoll import database_url
 
@@ -68,11 +71,11 @@ def _window(held_seconds: float, quick: bool) -> float:
 
 def horizon(service: Service, url: str, *, minutes: list[float], quick: bool,
             batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
-            tenants: int | None = None) -> dict[str, Any]:
+            spread: apart.Spread | None = None) -> dict[str, Any]:
     held = max(minutes) * 60
     runs = [_held.run(service, url, _held.Plan(kind, batch, "transaction", held,
                                                _window(held, quick),
-                                               tenants=tenants if kind == "rest" else None))
+                                               spread=spread if kind == "rest" else None))
             for batch in batches for kind in kinds]
     if "minimal" in kinds:
         asyncio.run(minimal.drop(url))
@@ -100,7 +103,7 @@ def dump(service: Service, url: str, *, minutes: list[float], quick: bool,
 
 def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None = None,
             batches: tuple[int, ...] = BATCHES, kinds: tuple[str, ...] = KINDS,
-            held_tenants: int | None = None) -> dict[str, Any]:
+            spread: apart.Spread | None = None) -> dict[str, Any]:
     minutes = minutes or ([1.0] if quick else [5.0, 30.0])
     sections = [only] if only else list(SECTIONS)
     seconds = 2.0 if quick else 10.0
@@ -117,7 +120,7 @@ def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None
         }
         if "horizon" in sections:
             report["horizon"] = horizon(service, url, minutes=minutes, quick=quick,
-                                        batches=batches, kinds=kinds, tenants=held_tenants)
+                                        batches=batches, kinds=kinds, spread=spread)
         if "dump" in sections:
             report["dump"] = dump(service, url, minutes=minutes, quick=quick, batches=batches)
         if "tenants" in sections:
@@ -160,9 +163,11 @@ def print_held(section: dict[str, Any], title: str) -> None:
           f"{'dead leaseq':>12}{'xmin age':>9}{'lost':>6}{'dup':>5}{'epoch':>6}{'machine':>8}")
     floors = {run["batch"]: run for run in runs if run["kind"] == "minimal"}
     for run in runs:
-        floor = floors.get(run["batch"]) if run["kind"] == "rest" else None
-        what = ("minimal" if run["kind"] != "rest" else
-                f"fair {run['tenants']}" if run.get("tenants") else "leaseq")
+        # The minimal table has no tenants nor groups: a fair or FIFO row is
+        # not paired with it.
+        floor = (floors.get(run["batch"]) if run["kind"] == "rest" and not run.get("spread")
+                 else None)
+        what = "minimal" if run["kind"] != "rest" else run.get("spread") or "leaseq"
         name = f"{what} {'single' if run['batch'] == 1 else 'batch 10'}"
         entries = [("clean", run["clean"], None if floor is None else floor["clean"])]
         for i in _held.shown(run["windows"], section["marks_minutes"]):
@@ -267,15 +272,20 @@ def cli() -> None:
                         help="the held rows of this batch size only (repeatable)")
     parser.add_argument("--leaseq-only", action="store_true",
                         help="held horizon: leaseq's rows without the minimal table's")
-    parser.add_argument("--fair", type=int, metavar="TENANTS",
+    spread = parser.add_mutually_exclusive_group()
+    spread.add_argument("--fair", type=int, metavar="TENANTS",
                         help="held horizon: leaseq's rows on a fair queue, its messages "
                         "naming this many tenants in turn")
+    spread.add_argument("--fifo", type=int, metavar="GROUPS",
+                        help="held horizon: leaseq's rows on a FIFO queue, its messages "
+                        "naming this many message groups in turn")
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     args = parser.parse_args()
     report = measure(quick=args.quick, minutes=args.minutes, only=args.only,
                      batches=tuple(args.batch or BATCHES),
                      kinds=("rest",) if args.leaseq_only else KINDS,
-                     held_tenants=args.fair)
+                     spread=(apart.Spread(args.fair) if args.fair
+                             else apart.Spread(args.fifo, fifo=True) if args.fifo else None))
     print_report(report)
     print(f"written to {write(report, args.output)}")
 

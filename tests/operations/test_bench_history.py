@@ -69,22 +69,25 @@ def test_quick_history_bench_runs_every_row(tmp_path: Path) -> None:
     bool(os.environ.get("DATABASE_URL")),
     reason="runs on its own embedded server whatever DATABASE_URL says",
 )
-def test_held_rows_on_a_fair_queue_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("option", "kind"), [("--fair", "fair"), ("--fifo", "fifo")])
+def test_held_rows_on_a_fair_or_fifo_queue_only(tmp_path: Path, option: str, kind: str) -> None:
     """The options that pick the held rows: leaseq's alone, batches of 10, on a
-    queue made fair by its messages' tenants; each window says the rotation's epoch."""
+    queue made fair by its messages' tenants (a FIFO queue, its messages in
+    groups); each window says the rotation's epoch."""
     output = tmp_path / "history.json"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     run = subprocess.run(
         [sys.executable, "-m", "bench.history", "--quick", "--minutes", "0.1", "--only",
-         "horizon", "--leaseq-only", "--batch", "10", "--fair", "10", "--output", str(output)],
+         "horizon", "--leaseq-only", "--batch", "10", option, "10", "--output", str(output)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert any(line.startswith("fair 10 batch 10, clean") for line in run.stdout.splitlines())
+    assert any(line.startswith(f"{kind} 10 batch 10, clean") for line in run.stdout.splitlines())
     report = json.loads(output.read_text())
     assert set(report) >= {"horizon"} and "tenants" not in report
     (held,) = report["horizon"]["runs"]
-    assert (held["kind"], held["batch"], held["tenants"], held["fair"]) == ("rest", 10, 10, True)
+    assert (held["kind"], held["batch"], held["spread"]) == ("rest", 10, f"{kind} 10")
+    assert (held["fair"], held["fifo"]) == (kind == "fair", kind == "fifo"), held
     assert (held["lost"], held["duplicated"]) == (0, 0), held
     for window in (held["clean"], *held["windows"]):
         assert isinstance(window["epoch"], int) and window["generations_used"] >= 0, window
