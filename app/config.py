@@ -118,7 +118,8 @@ class Settings(BaseSettings):
     )
     rotate_after: int = Field(
         default=300_000, ge=0,
-        description="Row versions (updated or deleted messages) the live generation of "
+        description="Row versions (updated or deleted messages) that no VACUUM may remove "
+        "yet (settled while something holds the cleanup horizon) the live generation of "
         "the messages leaves behind before the rotation moves what it still holds into "
         "another and empties it by TRUNCATE, freeing its storage whatever the cleanup "
         "horizon (docs/operations.md); 0: never.",

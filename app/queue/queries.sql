@@ -2156,8 +2156,11 @@ SELECT epoch, live, draining FROM leaseq.rotation;
 -- returns: RotationRow
 -- Where the rotation stands. `settled`: the row versions the live generation
 -- has left behind (updated or deleted, PostgreSQL's statistics) since it became
--- live; `standing`: its live rows, as the statistics estimate them.
+-- live; `standing`: its live rows, as the statistics estimate them; `next_xid`:
+-- the first transaction ID not yet handed out (the rotation's readings of what
+-- was settled when: app/queue/rotation.py, held_since).
 SELECT r.epoch, r.live, r.draining, r.since, leaseq.live_generation() AS published,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
        pg_stat_get_tuples_updated(t.oid) + pg_stat_get_tuples_deleted(t.oid)
            - l.settled_before AS settled,
        pg_stat_get_live_tuples(t.oid) AS standing,

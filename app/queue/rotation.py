@@ -7,9 +7,13 @@ reads where the rotation stands from the database, so a step cut short (the
 process killed, the database restarted) is taken up by the next, in whichever
 process holds the lock then.
 
-1. Due: the live generation has left behind ROTATE_AFTER row versions (doubled
-   for each generation waiting to be emptied past PINNED_BEFORE_DOUBLING) and at
-   least four times what it holds. A spare (empty) generation becomes live, or a new one is made
+1. Due: the live generation has left behind ROTATE_AFTER row versions that no
+   VACUUM may remove yet, settled since the oldest transaction the cleanup
+   horizon keeps (`held_since`; doubled for each generation waiting to be
+   emptied past PINNED_BEFORE_DOUBLING), and at least four times what it holds.
+   While nothing holds the horizon, VACUUM keeps the history short and nothing
+   rotates: moving a large backlog costs the cycle for nothing then. A spare
+   (empty) generation becomes live, or a new one is made
    (a pg_dump may hold the others: it locks every table it dumps until it
    ends). A new epoch names it live and the old one draining; sends go into
    the new one, everything else reads through the parent (app/queue/generations.py).
@@ -28,7 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from app.db.connector import Connector, DatabaseError
@@ -58,6 +63,9 @@ BATCH = 200
 DRAIN_SECONDS = 5.0
 """How long one step moves messages before it lets the next step go on."""
 WARN_AFTER = 30.0
+READINGS = 4096
+"""Readings of the live generation's settled history kept (one a step): past
+them the oldest go, and history older than the rest counts as held."""
 
 
 def on(query: Query[Any], generation: int) -> Query[Any]:
@@ -70,6 +78,8 @@ class Rotation:
         self._db = db
         self._rotate_after = rotate_after
         self._waiting_since: float | None = None
+        self._readings: deque[tuple[int, int]] = deque(maxlen=READINGS)
+        self._readings_of: int | None = None
 
     async def forever(self, seconds: float, *, only_while: FleetLock) -> None:
         await every(seconds, self.step, what="generation rotation", only_while=only_while)
@@ -77,6 +87,7 @@ class Rotation:
     async def step(self) -> None:
         """One step of the rotation, wherever it stands."""
         state = await self._state()
+        self._read(state)
         if state["draining"] is not None:
             await self._drain(state)
             return
@@ -84,19 +95,34 @@ class Rotation:
             await self._republish(state)
         for generation in state["used"]:
             await self.empty(generation, state["live"])
-        if self._due(state):
+        if await self._due(state):
             await self.start(state)
 
     async def _state(self) -> RotationRow:
         (state,) = await self._db.fetch(Q.rotation_state)
         return state
 
-    def _due(self, state: RotationRow) -> bool:
+    def _read(self, state: RotationRow) -> None:
+        """A reading of how much the live generation had settled by which
+        transaction ID; a new live generation, or statistics reset, starts anew."""
+        settled = state["settled"] or 0
+        if (state["live"] != self._readings_of
+                or (self._readings and settled < self._readings[-1][1])):
+            self._readings.clear()
+            self._readings_of = state["live"]
+        self._readings.append((state["next_xid"], settled))
+
+    async def _due(self, state: RotationRow) -> bool:
         if self._rotate_after <= 0:
             return False
-        needed = self._rotate_after * 2 ** max(0, len(state["used"]) - PINNED_BEFORE_DOUBLING)
+        needed: int = self._rotate_after * 2 ** max(0, len(state["used"]) - PINNED_BEFORE_DOUBLING)
+        needed = max(needed, STANDING_RATIO * (state["standing"] or 0))
         settled = state["settled"] or 0
-        return settled >= needed and settled >= STANDING_RATIO * (state["standing"] or 0)
+        if settled < needed:
+            return False
+        (horizon,) = await self._db.fetch(Q.database_horizon)
+        kept_from: int = horizon["next_xid"] - (horizon["xid_age"] or 0)
+        return held_since(self._readings, settled, kept_from) >= needed
 
     async def start(self, state: RotationRow | None = None) -> bool:
         """A rotation begun (step 1), if one can be: whether it was."""
@@ -219,6 +245,21 @@ class Rotation:
         elif now - self._waiting_since > WARN_AFTER:
             _log.warning("rotation waits: " + message, *args)
             self._waiting_since = now
+
+
+def held_since(readings: Iterable[tuple[int, int]], settled: int, kept_from: int) -> int:
+    """Of the `settled` row versions, those no VACUUM may remove yet: settled
+    after the last reading (next transaction ID, settled by then) whose next ID
+    the horizon (`kept_from`, the oldest transaction ID it keeps) has reached:
+    every version settled before that reading was deleted by a transaction
+    older than the horizon. All of them when the horizon is older than every
+    reading (held since before this process read)."""
+    removable = 0
+    for next_xid, settled_then in readings:
+        if next_xid > kept_from:
+            break
+        removable = settled_then
+    return max(settled - removable, 0)
 
 
 async def _moved(fetch: Callable[..., Awaitable[list[Any]]], draining: int, live: int, *,

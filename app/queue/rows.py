@@ -353,6 +353,7 @@ class RotationRow(TypedDict):
     draining: int | None
     since: datetime
     published: int
+    next_xid: int
     settled: int
     standing: int
     spares: list[int]
