@@ -40,13 +40,15 @@ LEAST_CYCLES = 3
 def fill(url: str, queue: str, count: int, tenants: int | None, *, first: int = 0) -> float:
     """`count` messages sent through leaseq.send_batch, numbered from `first`
     (message n names tenant n % `tenants`); the seconds it took."""
+    spread = None if tenants is None else Spread(tenants)
+
     async def go() -> None:
         conn = await asyncpg.connect(url)
         try:
             for start in range(0, count, CHUNK):
                 n = min(CHUNK, count - start)
-                groups = (None if tenants is None else
-                          [Spread(tenants).group(first + start + i) for i in range(n)])
+                groups = (None if spread is None else
+                          [spread.group(first + start + i) for i in range(n)])
                 await conn.fetchval(
                     "SELECT count(*) FROM leaseq.send_batch($1, array_fill('x'::text, "
                     "ARRAY[$2::int]), groups => $3::text[])", queue, n, groups)
