@@ -22,6 +22,7 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits
+from app.queue.busy import Busy
 from app.queue.floors import Floors
 from app.queue.models import (
     Fairness,
@@ -56,7 +57,9 @@ def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
         raise InvalidParameter(f"{name} must be between {low} and {high}, got {value}")
 
 
-def _queue_from_row(row: QueueRow, floors: Floors | None = None) -> Queue:
+def _queue_from_row(
+    row: QueueRow, floors: Floors | None = None, busy: Busy | None = None,
+) -> Queue:
     backoff = None
     initial, multiplier = row["retry_initial"], row["retry_multiplier"]
     maximum, jitter = row["retry_max"], row["retry_jitter"]
@@ -98,7 +101,8 @@ def _queue_from_row(row: QueueRow, floors: Floors | None = None) -> Queue:
         updated_at=row["updated_at"],
         dead_letter_queue_id=row["dead_letter_queue_id"],
         deduplicates_by=row["deduplicates_by"],
-        **({} if floors is None else {"floors": floors}),
+        floors=Floors() if floors is None else floors,
+        busy=Busy() if busy is None else busy,
     )
 
 
@@ -172,7 +176,10 @@ class QueueCatalog:
         self._queue_cache: dict[str, tuple[float, Queue]] = {}
         # Kept across the queue's attribute changes: a floor holds whatever the
         # attributes say (a deleted queue's few bytes stay until the process ends).
-        self._floors: dict[int, Floors] = {}
+        # A queue turning fair gets floors of its own: a fair claim's floor is
+        # under the queue's turns, not its messages (claim_fair_messages).
+        self._floors: dict[tuple[int, bool], Floors] = {}
+        self.busy = Busy()
         hub.on_queue_changed = self._forget_queue
 
     def _forget_queue(self, queue_id: int | None) -> None:
@@ -197,10 +204,11 @@ class QueueCatalog:
         if row is None:
             self._queue_cache.pop(name, None)
             raise _not_found(name)
-        floors = self._floors.get(row["id"])
+        key = (row["id"], row["fair"])
+        floors = self._floors.get(key)
         if floors is None:
-            floors = self._floors[row["id"]] = Floors()
-        queue = _queue_from_row(row, floors)
+            floors = self._floors[key] = Floors()
+        queue = _queue_from_row(row, floors, self.busy)
         lifetime = QUEUE_CACHE_LISTENING if self._hub.listening else self._queue_cache_seconds
         self._queue_cache[name] = (time.monotonic() + lifetime, queue)
         return queue

@@ -1,19 +1,18 @@
 """The fairness round of fair queues (docs/fair-queues.md).
 
-A fair queue's claims and acknowledgements keep running counts of each
-tenant's messages in flight and its processing time, and a claim marks a
-tenant noisy the moment its messages in flight pass the queue's thresholds.
-What they cannot see -- leases that lapsed, messages released or
-acknowledged through the SQL API, a tenant whose backlog is gone or that
-stopped sending five minutes ago, shares that fell -- this round settles,
-once a second, for every fair queue at once: the messages in flight counted
-again, the tenants it may change (those with messages in flight, the noisy,
-those above the processing-time share, those with nothing stored) judged
-afresh, and each one's bound (when it may next have a message
-claimable) set from its messages as a claim sets it. Every thirty rounds it
-also adopts the messages stored without a tenant, and puts right the tenants
-whose row or bound a writer did not keep. It runs in the process holding the
-maintenance lock; a round run twice is harmless.
+A fair queue's claims find its tenants through their turns (leaseq.turns) and
+write nothing per tenant; the processes sum the processing time their
+acknowledgements held and write it once a second (app/queue/busy.py). Who is
+noisy is judged here, once a second, for every fair queue at once: each
+tenant's messages in flight counted from the messages, the tenants it may
+change (those with messages in flight, the noisy, those above the
+processing-time share) judged afresh -- a tenant turns noisy within a second
+of passing the thresholds, and quiet again within a second of its backlog
+being gone or five minutes after it stopped sending -- and the tenants with
+nothing left to judge forgotten. Every thirty rounds it also adopts the
+messages stored without a tenant, and gives a turn to the tenants a writer
+left without one. It runs in the process holding the maintenance lock; a
+round run twice is harmless.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ its backlog is gone, at most."""
 ADOPT_EVERY = 30
 """Rounds between two looks for messages of a fair queue sent without a tenant
 by a process that had not yet heard the queue became fair (each reads every
-message of the fair queues), and for tenants whose row or bound a writer
-failed to keep (one probe per tenant)."""
+message of the fair queues), and for tenants a writer left without a turn
+(one probe per tenant)."""
 
 
 async def judge_tenants(db: Connector) -> FairnessRoundRow:
@@ -56,13 +55,13 @@ async def adopt_strays(db: Connector) -> int:
     return count
 
 
-async def restore_tenant_rows(db: Connector) -> int:
-    """Tenants with messages whose row was missing or whose bound was late, put
-    right; how many (none but after a writer that did not keep the bounds)."""
-    (row,) = await db.fetch(Q.restore_tenant_rows)
+async def restore_turns(db: Connector) -> int:
+    """Tenants with messages but no turn at or below the earliest, given one;
+    how many (none but after a writer that did not insert its turn)."""
+    (row,) = await db.fetch(Q.restore_turns)
     count = int(row["swept"])
     if count:
-        _log.warning("restored the rows or bounds of %d tenants of fair queues", count)
+        _log.warning("restored the turns of %d tenants of fair queues", count)
     return count
 
 
@@ -76,7 +75,7 @@ class FairnessRounds:
     async def step(self) -> None:
         if self._rounds % ADOPT_EVERY == 0:
             await adopt_strays(self._db)
-            await restore_tenant_rows(self._db)
+            await restore_turns(self._db)
         self._rounds += 1
         await judge_tenants(self._db)
 

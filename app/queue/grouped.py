@@ -252,26 +252,27 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 
 
-def _fair_claim_params(key: ClaimKey, takes: list[Take]) -> dict[str, Any]:
+def _fair_claim_seen(key: ClaimKey, takes: list[Take], rows: list[Any]) -> None:
+    """The floor of the queue's turns, and the processing time of what the
+    claim acknowledged (summed here, written once a second: app/queue/busy.py)."""
     queue = key[0]
-    fairness = queue.attributes.fairness
-    return {
-        **claim_params(queue, key[1], takes),
-        "in_flight_min": fairness.in_flight_min,
-        "in_flight_share": fairness.in_flight_share,
-    }
+    if not rows:
+        return
+    queue.floors.learn(rows[0], full_next=True)
+    queue.busy.add(queue.id, zip(rows[0]["acked_tenants"], rows[0]["acked_held"], strict=True))
 
 
 CLAIM_FAIR: Grouped[ClaimKey, Take, Claimed] = Grouped(
     name="claim_fair",
     query=Q.claim_fair_messages,
-    params=_fair_claim_params,
+    params=CLAIM.params,
     share=_claim_share,
     limit=GROUP_ITEMS,
     weigh=CLAIM.weigh,
     rows=CLAIM.rows,
     then=CLAIM.then,
     undo=CLAIM.undo,
+    seen=_fair_claim_seen,
 )
 """A fair queue's claim (quiet tenants first): one statement whatever rides on it."""
 
@@ -284,11 +285,11 @@ def _delete_share(rows: list[DeletedRow], groups: list[list[Receipt]]) -> list[D
     ]
 
 
-DELETE: Grouped[int, Receipt, Deleted] = Grouped(
+DELETE: Grouped[Queue, Receipt, Deleted] = Grouped(
     name="delete",
     query=Q.delete_messages,
-    params=lambda queue_id, flat: {
-        "queue_id": queue_id,
+    params=lambda queue, flat: {
+        "queue_id": queue.id,
         "ids": [h.message_row for h in flat],
         "tokens": [h.claim_token for h in flat],
     },
@@ -298,15 +299,17 @@ DELETE: Grouped[int, Receipt, Deleted] = Grouped(
 )
 """The rows deleted, of those asked for."""
 
-DELETE_FAIR: Grouped[int, Receipt, Deleted] = Grouped(
+DELETE_FAIR: Grouped[Queue, Receipt, Deleted] = Grouped(
     name="delete_fair",
     query=Q.delete_fair_messages,
     params=DELETE.params,
     share=_delete_share,
     limit=GROUP_ITEMS,
     rows=DELETE.rows,
+    seen=lambda queue, flat, rows: queue.busy.add(
+        queue.id, ((row["tenant"], row["held"]) for row in rows)),
 )
-"""DELETE on a fair queue: its tenants' counts kept with it."""
+"""DELETE on a fair queue: each message's processing time summed for its tenant."""
 
 
 def _change_share(
@@ -470,7 +473,7 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 """A FIFO claim's takes carry no acknowledgements: they are settled first."""
 
-DELETE_FIFO: Grouped[int, Receipt, Deleted] = Grouped(
+DELETE_FIFO: Grouped[Queue, Receipt, Deleted] = Grouped(
     name="delete_fifo",
     query=Q.delete_fifo_messages,
     params=DELETE.params,

@@ -42,7 +42,7 @@ class QueueKind:
     sent: Callable[[Any], SentMessage]
     """A send statement's row as its sender's answer."""
     claim: Grouped[grouped.ClaimKey, grouped.Take, grouped.Claimed]
-    delete: Grouped[int, Receipt, grouped.Deleted]
+    delete: Grouped[Queue, Receipt, grouped.Deleted]
     change: Grouped[int, grouped.Change, dict[int, ChangedRow]]
     give_back: Query[Any]
     """Undoes claims that reached no receiver (ids, claim tokens)."""
@@ -114,14 +114,15 @@ FAIR = replace(
     outgoing=fair_outgoing,
     claim=grouped.CLAIM_FAIR,
     delete=grouped.DELETE_FAIR,
-    # A fair claim reads no floors, and learns none: the outlook reads from the start.
+    # A fair queue's floors are under its turns, not its messages: the outlook
+    # reads the messages from the start.
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
         "ready_floor": None, "lease_floor": None,
     }),
     change=grouped.CHANGE_FAIR,
     give_back=Q.give_back_fair_claims,
-    forget_on_purge=(Q.reset_tenant_bounds,),
+    forget_on_purge=(Q.forget_turns,),
 )
 """A standard queue whose messages name tenants (`fair`, set by the first such
 message): its claims take quiet tenants' messages first, and its claims and

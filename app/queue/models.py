@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from app.queue.busy import Busy
     from app.queue.floors import Floors
     from app.queue.kinds import QueueKind
     from app.queue.receipts import Receipt
@@ -75,6 +76,12 @@ def _floors() -> Floors:
     return Floors()
 
 
+def _busy() -> Busy:
+    from app.queue.busy import Busy  # busy reads the statements, which name the rows
+
+    return Busy()
+
+
 @dataclass(frozen=True)
 class Queue:
     id: int
@@ -90,6 +97,10 @@ class Queue:
     """Where this process's claims of a standard queue start reading (app/queue/
     floors.py): the catalog hands every Queue of one id the same; a Queue made
     elsewhere starts from the beginning, which is always safe."""
+    busy: Busy = field(default_factory=lambda: _busy(), repr=False, compare=False)
+    """Where this process sums a fair queue's processing time (app/queue/busy.py):
+    the catalog hands every Queue the one its service flushes; a Queue made
+    elsewhere sums into one that is never written (the share is advisory)."""
     kind: QueueKind = field(init=False, repr=False, compare=False)
     """Standard or FIFO: its statements and rules (app/queue/kinds.py), chosen
     here, once, from the attributes."""

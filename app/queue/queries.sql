@@ -232,18 +232,15 @@ WHERE queue_id = :queue_id
 WITH
 {{written}},
 {{sent}},
-ready AS (
-    -- A fair queue's tenants may have a message claimable sooner: each
-    -- one's bound lowered to its earliest new message, its version moved on
-    -- (a claim that read the tenant before this commits raises no bound on
-    -- what it saw). Nothing on a queue whose messages name no tenant.
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT :queue_id, sent.tenant, min(sent.visible_at)
+turned AS (
+    -- A fair queue's tenants: a turn at each deadline its new messages have
+    -- (one, unless they were sent with delays), which no claim that missed
+    -- this send deletes (claim_fair_messages). Nothing on a queue whose
+    -- messages name no tenant.
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT :queue_id, sent.tenant, sent.visible_at
     FROM sent
     WHERE sent.tenant IS NOT NULL
-    GROUP BY sent.tenant
-    ORDER BY sent.tenant
-    {{lower_bound}}
 )
 {{sent_answer}}
 
@@ -428,28 +425,6 @@ m.trace_header, m.receive_count, m.claim_token, m.fencing_token,
 m.visible_at AS lease_expires_at, m.sent_at, m.first_received_at,
 CAST(m.checkpoint AS text) AS checkpoint, m.tenant, m.dead_letter_source_id
 
--- fragment: dead_letter_tenants
--- The tenants of the messages a claim moved (`dead`) to a fair dead-letter
--- queue: claimable there now (their bounds lowered, their versions moved on).
-INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-SELECT CAST(:dead_letter_queue_id AS bigint), d.tenant, statement_timestamp()
-FROM (SELECT DISTINCT dead.tenant FROM dead WHERE dead.tenant IS NOT NULL) AS d
-WHERE (SELECT q.fair FROM leaseq.queues AS q
-       WHERE q.id = CAST(:dead_letter_queue_id AS bigint))
-ORDER BY d.tenant
-ON CONFLICT (queue_id, tenant) DO UPDATE
-SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
-    version  = t.version + 1
-
--- fragment: lower_bound
--- How every write that can make a fair queue's message claimable sooner
--- upserts its tenant's row (`t`, proposed with the message's deadline): the
--- bound lowered, never raised, and the version moved on, which tells a claim
--- that read the tenant before this write that what it saw is out of date.
-ON CONFLICT (queue_id, tenant) DO UPDATE
-SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
-    version  = t.version + 1
-
 -- fragment: dead_letter
 -- What a claim writes to a message it moves to the dead-letter queue instead
 -- (claim_messages, claim_fair_messages, claim_fifo_messages): claimable there
@@ -457,7 +432,7 @@ SET ready_at = least(t.ready_at, EXCLUDED.ready_at),
 -- FROM), its source remembered for a redrive back. Into a fair queue, a
 -- message naming no tenant is its own tenant '', as a send there makes it, so
 -- that the fair claim reaches it at once (the statement then lowers the
--- tenants' bounds there: dead_letter_tenants).
+-- tenants a turn there: dead_letter_turns).
 SET queue_id              = CAST(:dead_letter_queue_id AS bigint),
     dead_letter_source_id = m.queue_id,
     visible_at            = written.at,
@@ -519,8 +494,8 @@ dead AS (
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id, m.tenant
 ),
-dead_letter_tenants AS (
-    {{dead_letter_tenants}}
+dead_letter_turns AS (
+    {{dead_letter_turns}}
 ),
 claimed AS (
     UPDATE leaseq.messages_g0 AS m
@@ -590,31 +565,35 @@ FROM floors
 LEFT JOIN claimed ON true;
 
 -- name: claim_fair_messages
--- returns: ClaimRow
+-- returns: FairClaimRow
 -- claim_messages on a fair queue (docs/fair-queues.md): the same candidates,
--- acknowledgements and dead-letter rounds, chosen tenant by tenant. It reads
--- the tenants through their bounds (leaseq.tenants.ready_at, tenants_ready):
--- the quiet tenants that may have a message claimable now, by their bound,
--- as many as the claim could take from, and every noisy one that may (few:
+-- acknowledgements and dead-letter rounds, chosen tenant by tenant. It finds
+-- the tenants through their turns (leaseq.turns: a tenant may have a message
+-- claimable from a turn's time on), read from the claims' floor of the queue's
+-- turns (app/queue/floors.py): the quiet tenants' first turns due, as many
+-- as the claim could take from and ten more, and each noisy tenant's (few:
 -- each holds a share of the queue); never the queue's every tenant, nor any
--- backlog. Each gives its oldest claimable messages, and they are taken quiet
--- tenants first, oldest first across them, then noisy tenants, the one with
--- the fewest in flight first. The candidates are locked in that order with
--- SKIP LOCKED as claim_messages locks its own, from a list a little longer
--- than the claim so that rows another claim holds are passed.
--- The same statement counts the claimed and acknowledged messages into their
--- tenants' rows (in tenant order, as every writer of them does, so that two
--- statements never wait on each other's rows) with the processing time of
--- the acknowledged, and marks a tenant noisy as soon as its messages in
--- flight pass the queue's thresholds; the fairness round clears it.
--- And it sets the bound of each tenant it read or wrote to what its snapshot
--- shows: the tenant's earliest message it did not take, or the end of the
--- lease it gave, whichever is sooner (NULL: nothing stored), so that a tenant
--- whose bound was early (a lease extended, its last message acknowledged) is
--- out of the walk until then. A later bound is set only while the tenant's
--- version is the one the snapshot read: a write that made one of its
--- messages claimable sooner since (a send committed after the snapshot, say)
--- moved the version on, and the bound then only comes down.
+-- backlog. Each gives its oldest claimable messages from its first turn on,
+-- and they are taken quiet tenants first, oldest first across them, then
+-- noisy tenants, the one with the fewest in flight first (the fairness round
+-- counts them, and judges who is noisy, once a second). The candidates are
+-- locked in that order with SKIP LOCKED as claim_messages locks its own, from
+-- a list a little longer than the claim so that rows another claim holds are
+-- passed.
+-- The turns it read are deleted, each one it can lock (another claim may
+-- hold it: that claim then writes the tenant's next turn), and for each
+-- tenant whose turn it deleted it inserts the next: the tenant's earliest
+-- message claimable now that it did not take, as its snapshot shows it
+-- (none: nothing claimable left); and for each tenant it claimed from, a turn
+-- at the end of the lease it gave. A turn is only
+-- ever inserted or deleted, never updated: a write committed after this
+-- claim's snapshot (a send, a release) inserts a turn of its own, which this
+-- claim neither sees nor deletes, so nothing it missed is lost; and no row
+-- is rewritten by every claim, whose versions a held cleanup horizon would
+-- keep (docs/decisions.md, "History costs nothing, step three").
+-- Every row carries the floor of the queue's turns it saw (as ready_floor and
+-- lease_floor) and its mark, and the tenants of the acknowledgements it
+-- carried, for the processing time this process sums (app/queue/busy.py).
 WITH
 {{written}},
 acked AS (
@@ -625,30 +604,60 @@ acked AS (
               CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
                    AS double precision) AS held
 ),
+noisy AS MATERIALIZED (
+    -- As the fairness round last judged them.
+    SELECT t.tenant, t.in_flight
+    FROM leaseq.tenants AS t
+    WHERE t.queue_id = :queue_id AND t.noisy
+),
 walked AS MATERIALIZED (
-    -- The claim's count of quiet tenants and ten more: each has a message
-    -- claimable unless its bound is early, and a claim racing this one may
-    -- hold the first ones' rows.
-    (SELECT t.tenant, t.noisy, t.in_flight, t.ready_at
-     FROM leaseq.tenants AS t
-     WHERE t.queue_id = :queue_id AND NOT t.noisy AND t.ready_at <= statement_timestamp()
-     ORDER BY t.ready_at
+    (SELECT u.ctid AS turn, u.tenant, u.at, false AS noisy
+     FROM leaseq.turns AS u
+     WHERE u.queue_id = :queue_id
+       AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+       AND u.at <= statement_timestamp()
+       AND u.tenant <> ALL (ARRAY(SELECT n.tenant FROM noisy AS n))
+     ORDER BY u.at
      LIMIT CAST(:max AS integer) + 10)
     UNION ALL
-    SELECT t.tenant, t.noisy, t.in_flight, t.ready_at
-    FROM leaseq.tenants AS t
-    WHERE t.queue_id = :queue_id AND t.noisy AND t.ready_at <= statement_timestamp()
+    -- A noisy tenant's turns due, as many: the sends' since the last claim
+    -- that read it, which the quiet tenants' walk passes; collapsed into one.
+    SELECT u.turn, n.tenant, u.at, true
+    FROM noisy AS n
+    CROSS JOIN LATERAL (
+        SELECT d.ctid AS turn, d.at
+        FROM leaseq.turns AS d
+        WHERE d.queue_id = :queue_id AND d.tenant = n.tenant
+          AND d.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+          AND d.at <= statement_timestamp()
+        ORDER BY d.at
+        LIMIT CAST(:max AS integer) + 10
+    ) AS u
+),
+firsts AS MATERIALIZED (
+    -- Each tenant walked, from its first turn: none of its messages below it
+    -- is claimable (every write that makes one claimable inserts a turn at or
+    -- below its deadline, and a claim deletes one only for its next).
+    SELECT w.tenant, min(w.at) AS at, bool_or(w.noisy) AS noisy,
+           (SELECT n.in_flight FROM noisy AS n WHERE n.tenant = w.tenant) AS in_flight
+    FROM walked AS w
+    GROUP BY w.tenant
 ),
 heads AS (
-    -- Each tenant's first messages, one more than a claim takes: those
-    -- claimable now are its candidates, and the first this statement leaves
-    -- is its next bound.
-    SELECT w.tenant, w.noisy, w.in_flight, h.id, h.visible_at
-    FROM walked AS w
+    -- Each tenant's first messages claimable now, from its first turn on, one
+    -- more than a claim takes: its candidates, and the first this statement
+    -- leaves is its next turn. None later than now is read: each message
+    -- whose deadline is to come has a turn of its own at or below it (its
+    -- send's, the lease's that its claim or its last heartbeat gave, its
+    -- release's), so no claim reads the leases run since (under a held
+    -- horizon, every message settled in the last visibility timeout).
+    SELECT f.tenant, f.noisy, f.in_flight, h.id, h.visible_at
+    FROM firsts AS f
     CROSS JOIN LATERAL (
         SELECT c.id, c.visible_at
         FROM leaseq.messages_g0 AS c
-        WHERE c.queue_id = :queue_id AND c.tenant = w.tenant
+        WHERE c.queue_id = :queue_id AND c.tenant = f.tenant
+          AND c.visible_at >= f.at AND c.visible_at <= statement_timestamp()
           AND c.sent_at > statement_timestamp()
                           - CAST(:retention AS integer) * interval '1 second'
         ORDER BY c.visible_at
@@ -658,19 +667,22 @@ heads AS (
 candidates AS (
     -- The ranked ids as an array, each then found by its primary key: a join
     -- would be planned from the estimate of `heads` (tenants times a
-    -- receive's count), which can make it read the whole table instead.
+    -- receive's count), which can make it read the whole table instead. The
+    -- state is checked as a filter (IS TRUE), never an index condition: read
+    -- through messages_by_state, the claimable range holds an entry for each
+    -- version a held horizon keeps.
     SELECT c.id, c.receive_count, c.leased AS lapsed
     FROM unnest(ARRAY(
              SELECT h.id
              FROM heads AS h
-             WHERE h.visible_at <= statement_timestamp()
              ORDER BY h.noisy, CASE WHEN h.noisy THEN h.in_flight END, h.visible_at, h.id
              LIMIT 2 * CAST(:max AS integer) + 10))
          WITH ORDINALITY AS r(id, place)
     JOIN leaseq.messages_g0 AS c ON c.id = r.id
-    WHERE c.queue_id = :queue_id
-      AND c.visible_at <= statement_timestamp()
-      AND c.sent_at > statement_timestamp() - CAST(:retention AS integer) * interval '1 second'
+    WHERE (c.queue_id = :queue_id
+           AND c.visible_at <= statement_timestamp()
+           AND c.sent_at > statement_timestamp()
+                           - CAST(:retention AS integer) * interval '1 second') IS TRUE
       AND c.id <> ALL (CAST(:ack_ids AS bigint[]))
     ORDER BY r.place
     LIMIT :max
@@ -683,8 +695,8 @@ dead AS (
     WHERE m.id = c.id AND c.receive_count >= CAST(:max_receive_count AS integer)
     RETURNING m.id, m.tenant
 ),
-dead_letter_tenants AS (
-    {{dead_letter_tenants}}
+dead_letter_turns AS (
+    {{dead_letter_turns}}
 ),
 claimed AS (
     UPDATE leaseq.messages_g0 AS m
@@ -700,80 +712,117 @@ claimed AS (
 taken AS MATERIALIZED (
     SELECT id FROM claimed UNION ALL SELECT id FROM dead UNION ALL SELECT id FROM acked
 ),
-touched AS (
-    -- Per tenant read or written: messages counted in (claimed) and out
-    -- (acknowledged), processing time, and for a tenant walked, the bound
-    -- read, its first message read that this statement did not take, and
-    -- how many it read.
-    SELECT m.tenant, sum(m.change) AS change, coalesce(sum(m.held), 0) AS held,
-           bool_or(m.change > 0) AS claimed, bool_or(m.walked) AS walked,
-           max(m.seen_at) AS seen_at, min(m.next_at) AS next_at, sum(m.read) AS read
-    FROM (SELECT tenant, 1 AS change, NULL::double precision AS held, false AS walked,
-                 NULL::timestamptz AS seen_at, NULL::timestamptz AS next_at, 0 AS read
-          FROM claimed
-          UNION ALL
-          SELECT tenant, -1, held, false, NULL, NULL, 0 FROM acked
-          UNION ALL
-          SELECT w.tenant, 0, NULL, true, w.ready_at, NULL, 0 FROM walked AS w
-          UNION ALL
-          SELECT h.tenant, 0, NULL, true, NULL,
-                 CASE WHEN h.id NOT IN (SELECT id FROM taken) THEN h.visible_at END, 1
-          FROM heads AS h) AS m
-    WHERE m.tenant IS NOT NULL
-    GROUP BY m.tenant
+nexts AS (
+    -- Each tenant walked: its first message read that this statement did not
+    -- take (every one claimable from its first turn was read when fewer than
+    -- a claim's count and one came back; none: nothing claimable is left).
+    SELECT h.tenant, min(h.visible_at) AS at
+    FROM heads AS h
+    WHERE h.id NOT IN (SELECT id FROM taken)
+    GROUP BY h.tenant
 ),
-bounds AS (
-    -- A tenant walked whose messages were all read has its next bound; the
-    -- others (more messages than read, or acknowledged only) look up their
-    -- earliest message left: one index probe, past the rows taken.
-    SELECT n.tenant, n.change, n.held, n.seen_at,
-           least(
-               CASE WHEN n.walked AND (n.next_at IS NOT NULL OR n.read <= CAST(:max AS integer))
-                    THEN n.next_at
-                    ELSE (SELECT c.visible_at
-                          FROM leaseq.messages_g0 AS c
-                          WHERE c.queue_id = :queue_id AND c.tenant = n.tenant
-                            AND c.sent_at > statement_timestamp()
-                                            - CAST(:retention AS integer) * interval '1 second'
-                            AND c.id <> ALL (ARRAY(SELECT id FROM taken))
-                          ORDER BY c.visible_at
-                          LIMIT 1)
-               END,
-               CASE WHEN n.claimed
-                    THEN statement_timestamp()
-                         + CAST(:visibility_timeout AS integer) * interval '1 second'
-               END) AS ready_at
-    FROM touched AS n
+gone AS (
+    DELETE FROM leaseq.turns AS u
+    WHERE u.ctid = ANY (ARRAY(
+        SELECT l.ctid
+        FROM leaseq.turns AS l
+        WHERE l.ctid = ANY (ARRAY(SELECT w.turn FROM walked AS w))
+        FOR UPDATE SKIP LOCKED))
+    RETURNING u.tenant, u.at
 ),
-counted AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, ready_at)
-    SELECT :queue_id, b.tenant, b.change, b.held, b.ready_at
-    FROM bounds AS b
-    WHERE b.change <> 0 OR b.held > 0 OR b.ready_at IS DISTINCT FROM b.seen_at
-    ORDER BY b.tenant
-    ON CONFLICT (queue_id, tenant) DO UPDATE
-    SET in_flight = greatest(t.in_flight + EXCLUDED.in_flight, 0),
-        busy      =
-            {{decayed_busy}}
-            + EXCLUDED.busy,
-        busy_at   = statement_timestamp(),
-        noisy     = t.noisy OR (
-            t.tenant <> '' AND t.sending
-            AND t.in_flight + EXCLUDED.in_flight >= CAST(:in_flight_min AS integer)
-            AND t.in_flight + EXCLUDED.in_flight > CAST(:in_flight_share AS double precision)
-                * ((SELECT coalesce(sum(greatest(a.in_flight, 0)), 0)
-                    FROM leaseq.tenants AS a WHERE a.queue_id = :queue_id)
-                   + (SELECT coalesce(sum(change), 0) FROM touched))),
-        ready_at  =
-            {{checked_bound}}
-    RETURNING t.tenant
+turned AS (
+    -- No earlier than the first turn it deleted of the tenant: what lies
+    -- below is another claim's (it holds that turn, and writes the next from
+    -- a snapshot that saw as much), and a turn inserted below every one its
+    -- writer deleted could fall under a floor another claim reports meanwhile
+    -- (floors.py).
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, n.tenant, greatest(n.at, g.at)
+    FROM nexts AS n
+    JOIN (SELECT g.tenant, min(g.at) AS at FROM gone AS g GROUP BY g.tenant) AS g
+      ON g.tenant = n.tenant
+    UNION ALL
+    -- And the end of the lease it gave each tenant it claimed from, whatever
+    -- turn it deleted: a message whose lease lapses is claimable then.
+    SELECT DISTINCT :queue_id, c.tenant,
+           written.at + CAST(:visibility_timeout AS integer) * interval '1 second'
+    FROM claimed AS c, written
+    WHERE c.tenant IS NOT NULL
+),
+floors AS (
+    -- The earliest turn due at or above the floor given, as this statement's
+    -- snapshot sees it, else now (floors.py takes it when it may): one range,
+    -- reported as both of a standard claim's.
+    SELECT least((SELECT min(u.at) FROM leaseq.turns AS u
+                  WHERE u.queue_id = :queue_id
+                    AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+                    AND u.at <= statement_timestamp()),
+                 statement_timestamp()) AS ready_floor,
+           CAST(:ready_floor AS timestamptz) AS ready_from,
+           CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmin,
+           now() AS looked_at
 )
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
        (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
-       claimed.*
-FROM (SELECT 1) AS always_one_row
+       (SELECT coalesce(array_agg(tenant ORDER BY id), '{}') FROM acked) AS acked_tenants,
+       claimed.*,
+       floors.ready_floor, floors.ready_floor AS lease_floor,
+       floors.ready_from, floors.ready_from AS lease_from,
+       floors.snapshot_xmin, floors.looked_at,
+       {{claim_xid}}
+FROM floors
 LEFT JOIN claimed ON true;
+
+-- fragment: dead_letter_turns
+-- The tenants of the messages a claim moved (`dead`) to a fair dead-letter
+-- queue: a turn each there, from the moment of the write.
+INSERT INTO leaseq.turns (queue_id, tenant, at)
+SELECT CAST(:dead_letter_queue_id AS bigint), d.tenant, written.at
+FROM (SELECT DISTINCT dead.tenant FROM dead WHERE dead.tenant IS NOT NULL) AS d, written
+WHERE (SELECT q.fair FROM leaseq.queues AS q
+       WHERE q.id = CAST(:dead_letter_queue_id AS bigint))
+
+-- name: delete_fair_messages
+-- returns: FairDeletedRow
+-- plan: cached (rows by primary key, index probes by tenant and deadline)
+-- delete_messages on a fair queue, with each message's tenant for the
+-- processing time this process sums (app/queue/busy.py). No tenant's row is
+-- written; the turn at the end of a lease goes with the last message it was
+-- for (ended_turns).
+WITH deleted AS (
+    DELETE FROM leaseq.messages_g0 AS m
+    USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
+    RETURNING m.id, m.tenant, m.visible_at,
+              CAST(extract(epoch FROM statement_timestamp() - m.claimed_at) AS double precision)
+                  AS held
+),
+ended AS (
+    SELECT d.id, d.tenant, d.visible_at AS ended_at FROM deleted AS d
+),
+{{ended_turns}}
+SELECT id, tenant, held FROM deleted;
+
+-- fragment: ended_turns
+-- The turns at the lease ends a statement moved its messages away from
+-- (`ended`: id, tenant, ended_at), each deleted once no other message of its
+-- tenant is left at that deadline: a claim inserts one at the end of each
+-- lease it gives, a heartbeat at the new end, and left to come due each would
+-- cost a claim a look, and the table a row for a visibility timeout. Only
+-- turns to come: one due is the claims' to read. A turn another statement
+-- holds is waited for (an acknowledgement's or a heartbeat's: a claim locks
+-- only turns due, and never waits).
+gone_turns AS (
+    DELETE FROM leaseq.turns AS u
+    USING (SELECT DISTINCT e.tenant, e.ended_at FROM ended AS e
+           WHERE e.tenant IS NOT NULL AND e.ended_at > statement_timestamp()) AS e
+    WHERE u.queue_id = :queue_id AND u.tenant = e.tenant AND u.at = e.ended_at
+      AND NOT EXISTS (SELECT 1 FROM leaseq.messages_g0 AS o
+                      WHERE o.queue_id = :queue_id AND o.tenant = e.tenant
+                        AND o.visible_at = e.ended_at
+                        AND o.id <> ALL (ARRAY(SELECT n.id FROM ended AS n)))
+)
 
 -- fragment: decayed_busy
 -- A tenant's processing time (`t`), decayed to now: recent time weighs most,
@@ -783,66 +832,14 @@ LEFT JOIN claimed ON true;
 t.busy * exp(-least(CAST(extract(epoch FROM statement_timestamp() - t.busy_at)
                          AS double precision), 3600) / 60)
 
--- fragment: checked_bound
--- The bound a statement proposes for a tenant's row (`t`, EXCLUDED.ready_at,
--- what its snapshot shows of the tenant's messages): set as it is while the
--- row's version is the one the snapshot read, which no write that made one of
--- the tenant's messages claimable sooner has moved on since; otherwise only
--- ever lowered. (The subquery reads the row as the snapshot has it.)
-CASE WHEN t.version = (SELECT s.version FROM leaseq.tenants AS s
-                       WHERE s.queue_id = t.queue_id AND s.tenant = t.tenant)
-     THEN EXCLUDED.ready_at
-     ELSE least(t.ready_at, EXCLUDED.ready_at) END
-
--- name: delete_fair_messages
--- returns: DeletedRow
--- plan: cached (rows by primary key, index probes by tenant, an upsert by primary key)
--- delete_messages on a fair queue: the acknowledged messages counted out of
--- their tenants' messages in flight, and their processing time added, in
--- tenant order as every writer of those rows. Each tenant's bound is set to
--- its earliest message left, as claim_fair_messages sets it (a tenant whose
--- last message this was leaves the claims' walk now, not when its lease
--- would have ended), under the same version check.
-WITH deleted AS (
-    DELETE FROM leaseq.messages_g0 AS m
-    USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
-    WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
-    RETURNING m.id, m.tenant,
-              CAST(extract(epoch FROM statement_timestamp() - m.claimed_at) AS double precision)
-                  AS held
-),
-counted AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, ready_at)
-    SELECT :queue_id, d.tenant, -count(*), coalesce(sum(d.held), 0),
-           (SELECT c.visible_at
-            FROM leaseq.messages_g0 AS c
-            WHERE c.queue_id = :queue_id AND c.tenant = d.tenant
-              AND c.id <> ALL (ARRAY(SELECT id FROM deleted))
-            ORDER BY c.visible_at
-            LIMIT 1)
-    FROM deleted AS d
-    WHERE d.tenant IS NOT NULL
-    GROUP BY d.tenant
-    ORDER BY d.tenant
-    ON CONFLICT (queue_id, tenant) DO UPDATE
-    SET in_flight = greatest(t.in_flight + EXCLUDED.in_flight, 0),
-        busy      =
-            {{decayed_busy}}
-            + EXCLUDED.busy,
-        busy_at   = statement_timestamp(),
-        ready_at  =
-            {{checked_bound}}
-    RETURNING t.tenant
-)
-SELECT id, held FROM deleted;
-
 -- name: change_fair_visibility
 -- returns: ChangedRow
--- plan: cached (rows by primary key, an upsert by primary key)
--- change_visibility on a fair queue: a change that makes a message visible
--- sooner (a release, a shorter lease) lowers its tenant's bound to the new
--- deadline. An extension (the common case) writes no tenant: the bound is
--- then early, and the claim that reads the tenant at the old deadline sets it.
+-- plan: cached (rows by primary key, an INSERT)
+-- change_visibility on a fair queue: each tenant a turn at its messages' new
+-- deadline (a heartbeat's, a release's): a claim reads no message whose
+-- deadline is to come (claim_fair_messages), so each one has a turn of its
+-- own. The turn at the lease's old end goes once no message is left there
+-- (ended_turns).
 WITH
 {{written}},
 changed AS (
@@ -855,17 +852,18 @@ changed AS (
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.tenant, m.visible_at AS lease_expires_at, h.visibility_timeout,
-              m.visible_at < before.visible_at AS sooner
+              m.visible_at < before.visible_at AS sooner, before.visible_at AS ended_at
 ),
-ready AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT :queue_id, c.tenant, min(c.lease_expires_at)
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT :queue_id, c.tenant, c.lease_expires_at
     FROM changed AS c
-    WHERE c.sooner AND c.tenant IS NOT NULL
-    GROUP BY c.tenant
-    ORDER BY c.tenant
-    {{lower_bound}}
-)
+    WHERE c.tenant IS NOT NULL
+),
+ended AS (
+    SELECT c.id, c.tenant, c.ended_at FROM changed AS c
+),
+{{ended_turns}}
 SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 
 -- fragment: given_back
@@ -883,22 +881,20 @@ WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
 
 -- name: give_back_fair_claims
 -- returns: GivenBackRow
--- plan: cached (rows by primary key, an upsert by primary key)
+-- plan: cached (rows by primary key, an INSERT)
 -- give_back_claims on a fair queue: the tenants of the messages given back
--- are claimable again at once (their bounds lowered, their versions moved on).
+-- are claimable again at once (a turn each, from the moment of the write).
 WITH
 {{written}},
 given AS (
     {{given_back}}
     RETURNING m.id, m.tenant
 ),
-ready AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT DISTINCT :queue_id, g.tenant, statement_timestamp()
-    FROM given AS g
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT :queue_id, g.tenant, written.at
+    FROM given AS g, written
     WHERE g.tenant IS NOT NULL
-    ORDER BY g.tenant
-    {{lower_bound}}
 )
 SELECT count(*) AS given,
        pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint), count(*), NULL)) AS notified
@@ -922,21 +918,21 @@ SET LOCAL jit = off;
 -- name: fairness_round
 -- returns: FairnessRoundRow
 -- Once a second, for every fair queue: each tenant's messages in flight
--- counted again from the messages (the running counts of claims and
--- acknowledgements miss lapsed leases, releases and the SQL API's
--- acknowledgements), its processing time decayed, and who is noisy now: a
--- tenant with messages waiting that has sent in the last five minutes, above
--- the queue's in-flight thresholds or its processing-time share. A tenant
--- with nothing stored and no processing time left is forgotten, unless a
--- write moved its version on since this statement's snapshot.
+-- counted from the messages (the claims do not count them: a count kept by
+-- every claim and acknowledgement is a row rewritten by each, whose versions
+-- a held cleanup horizon keeps), its processing time decayed, and who is
+-- noisy now: a tenant with messages waiting that has sent in the last five
+-- minutes, above the queue's in-flight thresholds or its processing-time
+-- share. A tenant with nothing in flight, not noisy and no processing time
+-- left is forgotten: its row holds nothing a claim needs (its turns do),
+-- unless a write moved its version on since this statement's snapshot.
 -- Every tenant's row is read (its processing time counts in the queue's
 -- total), but only those the round may change are looked up in the messages:
--- a tenant with messages in flight (by its row or by the count), noisy, above
--- the processing-time share, or with nothing stored by its bound and no
--- processing time left. The rest are quiet and stay so: a tenant with nothing
--- in flight is under the in-flight thresholds. Each tenant looked up gets its
--- bound as a claim sets it (the same version check), and only rows whose
--- state changed are written.
+-- a tenant with messages in flight (by its row or by the count), noisy, or
+-- above the processing-time share. The rest are quiet and stay so: a tenant
+-- with nothing in flight is under the in-flight thresholds. Only rows whose
+-- state changed are written, their processing time decayed as they are now
+-- (a process may have added some since this snapshot).
 WITH fair AS (
     SELECT id, fair_in_flight_share AS share, fair_in_flight_min AS least_in_flight,
            fair_processing_share AS busy_share, message_retention AS retention
@@ -953,8 +949,7 @@ flight AS (
     GROUP BY m.queue_id, m.tenant
 ),
 known AS (
-    SELECT t.queue_id, t.tenant, t.busy, t.busy_at, t.in_flight, t.noisy, t.sending,
-           t.ready_at, t.version
+    SELECT t.queue_id, t.tenant, t.busy, t.busy_at, t.in_flight, t.noisy, t.sending, t.version
     FROM fair AS q
     JOIN leaseq.tenants AS t ON t.queue_id = q.id
 ),
@@ -966,7 +961,7 @@ now_counted AS (
                {{decayed_busy}},
                0) AS busy,
            t.tenant IS NOT NULL AS known, t.in_flight AS was_in_flight, t.noisy AS was_noisy,
-           t.sending AS was_sending, t.ready_at AS was_ready_at, t.version AS seen_version
+           t.sending AS was_sending, t.version AS seen_version
     FROM known AS t
     FULL JOIN flight AS f ON f.queue_id = t.queue_id AND f.tenant = t.tenant
 ),
@@ -975,77 +970,69 @@ totals AS (
     FROM now_counted
     GROUP BY queue_id
 ),
-looked_at AS (
+marked AS (
     SELECT c.*, q.retention,
            (c.in_flight >= q.least_in_flight AND c.in_flight > q.share * s.in_flight)
-           OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS above
+           OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS above,
+           NOT c.known OR c.in_flight > 0 OR c.was_in_flight > 0 OR c.was_noisy
+           OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS looked
     FROM now_counted AS c
     JOIN totals AS s USING (queue_id)
     JOIN fair AS q ON q.id = c.queue_id
-    WHERE NOT c.known OR c.in_flight > 0 OR c.was_in_flight > 0 OR c.was_noisy
-       OR (s.busy > 0 AND c.busy > q.busy_share * s.busy)
-       OR (c.was_ready_at IS NULL AND c.busy < 0.001)
-),
-judged AS (
-    SELECT c.*, h.ready_at,
-           c.in_flight > 0 OR h.ready_at IS NOT NULL AS stored,
-           coalesce(h.ready_at <= statement_timestamp(), false) AS waiting,
-           -- Sent in the last five minutes: such a message is still stored
-           -- (a noisy tenant's newest wait behind its oldest), and its
-           -- deadline is no earlier than its sending.
-           EXISTS (SELECT 1 FROM leaseq.messages AS m
-                   WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
-                     AND m.visible_at > statement_timestamp() - interval '5 minutes'
-                     AND m.sent_at > statement_timestamp() - interval '5 minutes') AS sending
-    FROM looked_at AS c
-    LEFT JOIN LATERAL (
-        -- The tenant's earliest message within retention (one index probe).
-        SELECT m.visible_at AS ready_at
-        FROM leaseq.messages AS m
-        WHERE m.queue_id = c.queue_id AND m.tenant = c.tenant
-          AND m.sent_at > statement_timestamp() - c.retention * interval '1 second'
-        ORDER BY m.visible_at
-        LIMIT 1
-    ) AS h ON true
 ),
 verdicts AS (
-    SELECT j.queue_id, j.tenant, j.in_flight, j.busy, j.sending, j.ready_at, j.known,
-           j.was_in_flight, j.was_noisy, j.was_sending, j.was_ready_at, j.seen_version,
-           j.tenant <> '' AND j.waiting AND j.sending AND j.above AS noisy,
-           j.stored OR j.busy >= 0.001 AS kept
-    FROM judged AS j
+    SELECT m.queue_id, m.tenant, m.in_flight, m.busy, m.known, m.was_in_flight,
+           m.was_noisy, m.was_sending, m.seen_version,
+           coalesce(l.sending, m.was_sending) AS sending,
+           coalesce(m.tenant <> '' AND m.above AND l.waiting AND l.sending, false) AS noisy
+    FROM marked AS m
+    LEFT JOIN LATERAL (
+        -- Only for the tenants looked up (a one-time filter on the rest).
+        SELECT EXISTS (SELECT 1 FROM leaseq.messages AS w
+                       WHERE w.queue_id = m.queue_id AND w.tenant = m.tenant
+                         AND w.visible_at <= statement_timestamp()
+                         AND w.sent_at > statement_timestamp()
+                                         - m.retention * interval '1 second') AS waiting,
+               -- Sent in the last five minutes: such a message is still
+               -- stored (a noisy tenant's newest wait behind its oldest), and
+               -- its deadline is no earlier than its sending.
+               EXISTS (SELECT 1 FROM leaseq.messages AS s
+                       WHERE s.queue_id = m.queue_id AND s.tenant = m.tenant
+                         AND s.visible_at > statement_timestamp() - interval '5 minutes'
+                         AND s.sent_at > statement_timestamp() - interval '5 minutes') AS sending
+        WHERE m.looked
+    ) AS l ON true
 ),
 kept AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, busy, busy_at, noisy, sending,
-                                     ready_at)
-    SELECT v.queue_id, v.tenant, v.in_flight, v.busy, statement_timestamp(), v.noisy,
-           v.sending, v.ready_at
+    INSERT INTO leaseq.tenants AS t (queue_id, tenant, in_flight, noisy, sending)
+    SELECT v.queue_id, v.tenant, v.in_flight, v.noisy, v.sending
     FROM verdicts AS v
-    WHERE v.kept
+    WHERE (v.in_flight > 0 OR v.noisy OR v.busy >= 0.001)
       AND (NOT v.known
-           OR (v.in_flight, v.noisy, v.sending, v.ready_at)
-              IS DISTINCT FROM (v.was_in_flight, v.was_noisy, v.was_sending, v.was_ready_at))
+           OR (v.in_flight, v.noisy, v.sending)
+              IS DISTINCT FROM (v.was_in_flight, v.was_noisy, v.was_sending))
     ORDER BY v.queue_id, v.tenant
     ON CONFLICT (queue_id, tenant) DO UPDATE
     SET in_flight = EXCLUDED.in_flight,
-        busy      = EXCLUDED.busy,
-        busy_at   = EXCLUDED.busy_at,
+        busy      =
+            {{decayed_busy}},
+        busy_at   = statement_timestamp(),
         noisy     = EXCLUDED.noisy,
-        sending   = EXCLUDED.sending,
-        ready_at  =
-            {{checked_bound}}
+        sending   = EXCLUDED.sending
     RETURNING t.tenant
 ),
 forgotten AS (
-    -- Rows a claim or acknowledgement holds now are left for the next round:
-    -- this statement waits only in tenant order, as the others do. A row
-    -- whose version moved on since the snapshot (a send, say) stays.
+    -- Rows a process's processing time holds now are left for the next
+    -- round: this statement waits only in tenant order, as the others do. A
+    -- row whose version moved on since the snapshot (processing time added)
+    -- stays.
     DELETE FROM leaseq.tenants AS t
     WHERE (t.queue_id, t.tenant) IN (
         SELECT f.queue_id, f.tenant
         FROM leaseq.tenants AS f
         JOIN verdicts AS v ON v.queue_id = f.queue_id AND v.tenant = f.tenant
-        WHERE NOT v.kept AND f.version = v.seen_version
+        WHERE v.known AND v.in_flight = 0 AND NOT v.noisy AND v.busy < 0.001
+          AND f.version = v.seen_version
         FOR UPDATE OF f SKIP LOCKED)
     RETURNING t.tenant
 )
@@ -1054,26 +1041,40 @@ SELECT (SELECT count(*) FROM fair) AS queues,
        (SELECT count(*) FROM verdicts WHERE noisy) AS noisy,
        (SELECT count(*) FROM forgotten) AS forgotten;
 
--- name: reset_tenant_bounds
--- After a purge of a fair queue, in its transaction: each tenant's bound set
--- to its earliest message left (none, but for a send since), so that the
--- purged tenants do not each cost a claim a look. A row a write moved on
--- since this statement's snapshot is left as that write made it.
-UPDATE leaseq.tenants AS t
-SET ready_at = (SELECT m.visible_at
-                FROM leaseq.messages AS m
-                WHERE m.queue_id = t.queue_id AND m.tenant = t.tenant
-                ORDER BY m.visible_at
-                LIMIT 1)
-WHERE t.queue_id = :queue_id AND t.ready_at IS NOT NULL
-  AND t.version = (SELECT s.version FROM leaseq.tenants AS s
-                   WHERE s.queue_id = t.queue_id AND s.tenant = t.tenant);
+-- name: add_busy
+-- plan: cached (an upsert from arrays)
+-- The processing time this process's acknowledgements of fair queues'
+-- messages held, summed per tenant and written once a second
+-- (app/queue/busy.py): a tenant's row takes versions at that pace, not one
+-- per acknowledgement. Added to what the row holds, decayed to now; the
+-- version moved on (the round then forgets no row it has not seen so). In
+-- tenant order, as every writer of these rows. A queue no longer fair (or
+-- gone) gets nothing.
+INSERT INTO leaseq.tenants AS t (queue_id, tenant, busy)
+SELECT b.queue_id, b.tenant, b.busy
+FROM unnest(CAST(:queue_ids AS bigint[]), CAST(:tenants AS text[]),
+            CAST(:busy AS double precision[])) AS b(queue_id, tenant, busy)
+WHERE EXISTS (SELECT 1 FROM leaseq.queues AS q WHERE q.id = b.queue_id AND q.fair)
+ORDER BY b.queue_id, b.tenant
+ON CONFLICT (queue_id, tenant) DO UPDATE
+SET busy    =
+        {{decayed_busy}}
+        + EXCLUDED.busy,
+    busy_at = statement_timestamp(),
+    version = t.version + 1;
+
+-- name: forget_turns
+-- After a purge of a fair queue, in its transaction: its turns as this
+-- snapshot has them, deleted with the messages they were for (a send
+-- committed since keeps its own), so that the purged tenants do not each cost
+-- a claim a look.
+DELETE FROM leaseq.turns WHERE queue_id = :queue_id;
 
 -- name: adopt_strays
 -- returns: SweptRow
 -- Messages of a fair queue that name no tenant, sent by a process that had
--- not yet heard the queue became fair, given the tenant '' (and its bound
--- lowered to them): the fair claim reaches only messages with a tenant.
+-- not yet heard the queue became fair, given the tenant '' (and its turns):
+-- the fair claim reaches only messages with a tenant.
 -- Every message of each fair queue is read, so this runs seldom.
 WITH adopted AS (
     UPDATE leaseq.messages AS m
@@ -1082,24 +1083,25 @@ WITH adopted AS (
       AND m.tenant IS NULL
     RETURNING m.id, m.queue_id, m.visible_at
 ),
-ready AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+turned AS (
+    -- One at the earliest due, and one at each deadline to come (a claim
+    -- reads no message whose deadline is to come).
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
     SELECT a.queue_id, '', min(a.visible_at)
     FROM adopted AS a
-    GROUP BY a.queue_id
-    ORDER BY a.queue_id
-    {{lower_bound}}
+    GROUP BY a.queue_id,
+             CASE WHEN a.visible_at > statement_timestamp() THEN a.visible_at END
 )
 SELECT count(*) AS swept FROM adopted;
 
--- name: restore_tenant_rows
+-- name: restore_turns
 -- returns: SweptRow
--- Every tenant with a message on a fair queue has its row, whose bound is no
--- later than its earliest message: each writer sees to it. This puts it right
--- where a writer did not (a process of a version from before the bounds,
--- during a rolling upgrade): the tenants found through messages_tenant_claim
--- (a loose index scan, one probe per tenant), and each row missing or late
--- made or lowered, its version moved on. Seldom, as adopt_strays.
+-- Every tenant with a message on a fair queue has a turn at or below its
+-- earliest message: each writer sees to it. This puts it right where a writer
+-- did not (a process of a version from before the turns, during a rolling
+-- upgrade): the tenants found through messages_tenant_claim (a loose index
+-- scan, one probe per tenant), and a turn inserted for each one without.
+-- Seldom, as adopt_strays.
 WITH RECURSIVE seen (queue_id, tenant) AS (
     SELECT q.id,
            (SELECT m.tenant FROM leaseq.messages AS m
@@ -1119,20 +1121,18 @@ heads AS (
     SELECT s.queue_id, s.tenant,
            (SELECT m.visible_at FROM leaseq.messages AS m
             WHERE m.queue_id = s.queue_id AND m.tenant = s.tenant
-            ORDER BY m.visible_at LIMIT 1) AS ready_at
+            ORDER BY m.visible_at LIMIT 1) AS at
     FROM seen AS s
     WHERE s.tenant IS NOT NULL
 ),
 restored AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT h.queue_id, h.tenant, h.ready_at
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT h.queue_id, h.tenant, h.at
     FROM heads AS h
-    WHERE NOT EXISTS (SELECT 1 FROM leaseq.tenants AS k
+    WHERE NOT EXISTS (SELECT 1 FROM leaseq.turns AS k
                       WHERE k.queue_id = h.queue_id AND k.tenant = h.tenant
-                        AND k.ready_at <= h.ready_at)
-    ORDER BY h.queue_id, h.tenant
-    {{lower_bound}}
-    RETURNING t.tenant
+                        AND k.at <= h.at)
+    RETURNING tenant
 )
 SELECT count(*) AS swept FROM restored;
 
@@ -1265,7 +1265,7 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 -- The delay is the one asked for, else the queue's retry ladder for the
 -- message's receive count (initial * multiplier^(count-1), at most max, less
 -- up to `jitter` of it at random), else 0: visible at once.
--- On a fair queue its tenant's bound comes down to the message's new deadline.
+-- On a fair queue its tenant gets a turn at the message's new deadline.
 WITH
 {{written}},
 released AS (
@@ -1282,12 +1282,11 @@ released AS (
     RETURNING extract(epoch FROM m.visible_at - written.at) AS delay,
               m.visible_at, m.tenant, q.fair
 ),
-ready AS (
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
     SELECT :queue_id, r.tenant, r.visible_at
     FROM released AS r
     WHERE r.fair AND r.tenant IS NOT NULL
-    {{lower_bound}}
 )
 SELECT delay, visible_at FROM released;
 
@@ -1478,15 +1477,13 @@ moved AS (
     WHERE m.id = batch.id
     RETURNING m.queue_id, m.tenant, batch.fair
 ),
-destination_tenants AS (
+destination_turns AS (
     -- Into a fair queue, each message is its tenant's there (one that named
-    -- none is its own, ''), claimable now: the tenants' bounds come down.
-    INSERT INTO leaseq.tenants AS t (queue_id, tenant, ready_at)
-    SELECT DISTINCT moved.queue_id, moved.tenant, statement_timestamp()
-    FROM moved
+    -- none is its own, ''), claimable now: a turn each.
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT moved.queue_id, moved.tenant, written.at
+    FROM moved, written
     WHERE moved.fair
-    ORDER BY moved.queue_id, moved.tenant
-    {{lower_bound}}
 ),
 counted AS (
     UPDATE leaseq.redrive_tasks AS t

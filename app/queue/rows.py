@@ -123,6 +123,12 @@ class DeletedRow(TypedDict):
     held: float | None
 
 
+class FairDeletedRow(DeletedRow):
+    """delete_fair_messages: each row's tenant too, for its processing time."""
+
+    tenant: str | None
+
+
 class FifoDeletedRow(TypedDict):
     id: int
     held: float | None
@@ -317,6 +323,13 @@ class ReadyClaimRow(ClaimColumns, FloorColumns):
 
 class StandardClaimRow(ClaimRow, FloorColumns):
     """claim_messages on a standard queue: ClaimRow, the floors on each row."""
+
+
+class FairClaimRow(ClaimRow, FloorColumns):
+    """claim_fair_messages: ClaimRow, the floor of the queue's turns on each row
+    (as both of FloorColumns' ranges), and the tenants of the acknowledged."""
+
+    acked_tenants: list[str | None]
 
 
 class FifoClaimRow(ClaimColumns):

@@ -434,7 +434,7 @@ class QueueService:
         queue = await self.queues.find(name)
         receipts = self._signer.decode_all(handles, queue_id=queue.id)
         valid = [r for r in receipts if isinstance(r, Receipt)]
-        deleted = await self.group.run(queue.kind.delete, queue.id, valid) if valid else {}
+        deleted = await self.group.run(queue.kind.delete, queue, valid) if valid else {}
         return self._results_told(queue, receipts, deleted)
 
     async def lapsed(self, name: str, handles: Sequence[str]) -> set[str]:

@@ -6,10 +6,11 @@ from app.db.queries import Queries, Query, load
 from app.queue.rows import (
     ChangedRow,
     CheckpointRow,
-    ClaimRow,
     DeletedRow,
     DrainedRow,
     EpochRow,
+    FairClaimRow,
+    FairDeletedRow,
     FairnessRoundRow,
     FairStatsRow,
     FifoClaimRow,
@@ -77,16 +78,17 @@ class Statements(Queries):
     claim_waiting_messages: Query[StandardClaimRow]
     claim_ready_messages: Query[ReadyClaimRow]
     claim_ready_waiting_messages: Query[ReadyClaimRow]
-    claim_fair_messages: Query[ClaimRow]
-    delete_fair_messages: Query[DeletedRow]
+    claim_fair_messages: Query[FairClaimRow]
+    delete_fair_messages: Query[FairDeletedRow]
     change_fair_visibility: Query[ChangedRow]
     give_back_fair_claims: Query[GivenBackRow]
     make_fair: Query[MadeFairRow]
     without_jit: Query[None]
     fairness_round: Query[FairnessRoundRow]
-    reset_tenant_bounds: Query[None]
+    add_busy: Query[None]
+    forget_turns: Query[None]
     adopt_strays: Query[SweptRow]
-    restore_tenant_rows: Query[SweptRow]
+    restore_turns: Query[SweptRow]
     fair_queue_stats: Query[FairStatsRow]
     top_tenants: Query[TenantBacklogRow]
     queue_outlook: Query[OutlookRow]

@@ -394,7 +394,7 @@ def test_a_send_naming_no_tenant_takes_the_statement_without_the_tenants_pass() 
     assert _send_query((1, 345600), [plain._replace(tenant="")]) is Q.send_messages
 
 
-async def test_both_sends_write_the_same_message_and_only_one_lowers_a_tenants_bound(
+async def test_both_sends_write_the_same_message_and_only_one_gives_a_tenant_a_turn(
     client: httpx.AsyncClient, db: asyncpg.Connection,
 ) -> None:
     """send_untenanted_messages is send_messages without the tenants' pass: the
@@ -415,7 +415,7 @@ async def test_both_sends_write_the_same_message_and_only_one_lowers_a_tenants_b
             "SELECT body, leased, receive_count, visible_at - sent_at AS delay"
             " FROM leaseq.messages WHERE queue_id = $1", queue_id)
         tenants = await db.fetchval(
-            "SELECT count(*) FROM leaseq.tenants WHERE queue_id = $1", queue_id)
+            "SELECT count(*) FROM leaseq.turns WHERE queue_id = $1", queue_id)
         written[name] = (set(row.keys()), float(row["due_in"]), dict(stored), tenants)
     full, untenanted = written["full"], written["untenanted"]
     assert full[0] == untenanted[0]

@@ -19,6 +19,7 @@ SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
     "message_groups", "message_deduplication", "receive_attempts", "grants", "watches",
     "tenants", "dashboard_sessions", "messages_g0", "messages_g1", "generations", "rotation",
+    "turns",
 }
 
 
@@ -155,7 +156,7 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     try:
         assert await _public_tables(conn) >= SCHEMA - {
             "grants", "watches", "tenants", "dashboard_sessions", "messages_g0", "messages_g1",
-            "generations", "rotation"}
+            "generations", "rotation", "turns"}
         # What a running deployment holds: a standard and a FIFO queue with
         # messages (one in flight), a group, a deduplication id, keys.
         await conn.execute(
@@ -280,5 +281,43 @@ async def test_the_tenants_of_fair_queues_get_their_bounds_from_their_messages(
             "ORDER BY q.name, t.tenant")
         assert [tuple(r) for r in rows] == [
             ("fair", "", 0, True), ("fair", "a", 1, True), ("fair", "b", 0, True)]
+    finally:
+        await conn.close()
+
+
+async def test_the_messages_of_fair_queues_get_their_turns(empty_database: str) -> None:
+    """0024: each tenant of a fair queue gets a turn at its earliest message due
+    and one at each deadline to come (a claim reads no message whose deadline
+    is to come); a standard queue's messages that name a tenant get none. The
+    SQL API's send then gives its tenant a turn of its own."""
+    await asyncio.to_thread(command.upgrade, alembic_config(empty_database), "0023")
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        await conn.execute(
+            "INSERT INTO leaseq.queues (name, fair) VALUES ('fair', true), ('dlq', false);"
+            "INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
+            "SELECT q.id, m.body, m.tenant, now() + m.due * interval '1 second' "
+            "FROM leaseq.queues AS q, (VALUES ('a1', 'a', 60), ('a2', 'a', -5), "
+            "('a3', 'a', -9), ('a4', 'a', 60), ('b1', 'b', 30), ('e1', '', -1)) "
+            "AS m(body, tenant, due) WHERE q.name = 'fair';"
+            "INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
+            "SELECT id, 'dead', 'a', now() FROM leaseq.queues WHERE name = 'dlq'")
+    finally:
+        await conn.close()
+    await asyncio.to_thread(command.upgrade, alembic_config(empty_database), "0024")
+    conn = await asyncpg.connect(plain_url(empty_database))
+    try:
+        turns = await conn.fetch(
+            "SELECT q.name, u.tenant, u.at FROM leaseq.turns AS u "
+            "JOIN leaseq.queues AS q ON q.id = u.queue_id ORDER BY q.name, u.tenant, u.at")
+        at = {r["body"]: r["visible_at"] for r in await conn.fetch(
+            "SELECT body, visible_at FROM leaseq.messages")}
+        assert at["a1"] == at["a4"]
+        assert [tuple(r) for r in turns] == [
+            ("fair", "", at["e1"]), ("fair", "a", at["a3"]), ("fair", "a", at["a1"]),
+            ("fair", "b", at["b1"])]
+        await conn.execute("SELECT leaseq.send('fair', 'c1', \"group\" => 'c')")
+        assert await conn.fetchval(
+            "SELECT count(*) FROM leaseq.turns WHERE tenant = 'c'") == 1
     finally:
         await conn.close()

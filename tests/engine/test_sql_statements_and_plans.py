@@ -114,7 +114,7 @@ def test_only_statements_whose_plan_cannot_turn_bad_keep_cached_plans() -> None:
                       "send_fifo_messages", "delete_fifo_messages", "change_fifo_visibility",
                       "give_back_fifo_claims", "replay_receive_attempt",
                       "record_receive_attempt", "delete_fair_messages",
-                      "change_fair_visibility", "give_back_fair_claims"}
+                      "change_fair_visibility", "give_back_fair_claims", "add_busy"}
     assert not Q.claim_messages.cached_plan and not Q.queue_outlook.cached_plan
     assert not Q.claim_fifo_messages.cached_plan and not Q.fifo_outlook.cached_plan
     assert not Q.claim_fair_messages.cached_plan
@@ -134,17 +134,18 @@ async def test_the_fair_claim_reads_no_backlog_it_does_not_take(
         "SELECT $1, 'x', CASE WHEN g % 100 = 0 THEN 'quiet-' || (g % 2000) ELSE 'burst' END, "
         "now() - interval '1 minute' + g * interval '1 millisecond' "
         "FROM generate_series(1, 20000) g", queue_id)
-    # Each tenant's row and bound, as the sends would have left them.
-    await db.execute("INSERT INTO leaseq.tenants (queue_id, tenant, ready_at) "
+    # Each tenant's turn, as the sends would have left them, and the burst
+    # noisy, as the fairness round would judge it.
+    await db.execute("INSERT INTO leaseq.turns (queue_id, tenant, at) "
                      "SELECT $1, tenant, min(visible_at) FROM leaseq.messages "
                      "WHERE queue_id = $1 GROUP BY tenant", queue_id)
-    await db.execute("UPDATE leaseq.tenants SET in_flight = 160, noisy = true "
-                     "WHERE queue_id = $1 AND tenant = 'burst'", queue_id)
+    await db.execute("INSERT INTO leaseq.tenants (queue_id, tenant, in_flight, noisy) "
+                     "VALUES ($1, 'burst', 160, true)", queue_id)
     await db.execute("VACUUM ANALYZE leaseq.messages")
     sql, args = positional("claim_fair_messages", {
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "dead_letter_queue_id": None, "max_receive_count": None,
-        "ack_ids": [], "ack_tokens": [], "in_flight_min": 30, "in_flight_share": 0.1,
+        "ack_ids": [], "ack_tokens": [], "ready_floor": None,
     })
     tx = db.transaction()
     await tx.start()
