@@ -269,7 +269,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                       only_while=maintenance.lock),
                 name="leaseq-horizon",
             ),
-            asyncio.create_task(catalog.busy.forever(db), name="leaseq-busy"),
+            asyncio.create_task(catalog.tally.forever(db), name="leaseq-tally"),
         ]
         background.append(asyncio.create_task(
             _refresh_metrics_forever(metrics, throughput), name="leaseq-metrics"
@@ -286,7 +286,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await task
             # The last second's processing time, while the database is still there.
             with contextlib.suppress(Exception):
-                await catalog.busy.flush(db)
+                await catalog.tally.flush(db)
             loading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loading

@@ -22,7 +22,6 @@ from app.errors import (
     TooManyTags,
 )
 from app.queue import attributes, limits
-from app.queue.busy import Busy
 from app.queue.floors import Floors
 from app.queue.models import (
     Fairness,
@@ -35,6 +34,7 @@ from app.queue.models import (
 )
 from app.queue.rows import GaugeRow, QueueRow
 from app.queue.sql import Q
+from app.queue.tally import Tally
 from app.queue.waiting import WaitHub
 
 QUEUE_CACHE_LISTENING = 60.0
@@ -58,7 +58,7 @@ def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
 
 
 def _queue_from_row(
-    row: QueueRow, floors: Floors | None = None, busy: Busy | None = None,
+    row: QueueRow, floors: Floors | None = None, tally: Tally | None = None,
 ) -> Queue:
     backoff = None
     initial, multiplier = row["retry_initial"], row["retry_multiplier"]
@@ -102,7 +102,7 @@ def _queue_from_row(
         dead_letter_queue_id=row["dead_letter_queue_id"],
         deduplicates_by=row["deduplicates_by"],
         floors=Floors() if floors is None else floors,
-        busy=Busy() if busy is None else busy,
+        tally=Tally() if tally is None else tally,
     )
 
 
@@ -179,7 +179,7 @@ class QueueCatalog:
         # A queue turning fair gets floors of its own: a fair claim's floor is
         # under the queue's turns, not its messages (claim_fair_messages).
         self._floors: dict[tuple[int, bool], Floors] = {}
-        self.busy = Busy()
+        self.tally = Tally()
         hub.on_queue_changed = self._forget_queue
 
     def _forget_queue(self, queue_id: int | None) -> None:
@@ -208,7 +208,7 @@ class QueueCatalog:
         floors = self._floors.get(key)
         if floors is None:
             floors = self._floors[key] = Floors()
-        queue = _queue_from_row(row, floors, self.busy)
+        queue = _queue_from_row(row, floors, self.tally)
         lifetime = QUEUE_CACHE_LISTENING if self._hub.listening else self._queue_cache_seconds
         self._queue_cache[name] = (time.monotonic() + lifetime, queue)
         return queue

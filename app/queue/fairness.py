@@ -2,7 +2,7 @@
 
 A fair queue's claims find its tenants through their turns (leaseq.turns) and
 write nothing per tenant; the processes sum the processing time their
-acknowledgements held and write it once a second (app/queue/busy.py). Who is
+acknowledgements held and write it once a second (app/queue/tally.py). Who is
 noisy is judged here, once a second, for every fair queue at once: each
 tenant's messages in flight counted from the messages, the tenants it may
 change (those with messages in flight, the noisy, those above the

@@ -252,20 +252,33 @@ CLAIM: Grouped[ClaimKey, Take, Claimed] = Grouped(
 )
 
 
+def _fair_claim_params(key: ClaimKey, takes: list[Take]) -> dict[str, Any]:
+    """claim_params, and the tenants this process counts noisy itself
+    (app/queue/tally.py) until the fairness round has judged them."""
+    queue = key[0]
+    noisy = queue.tally.noisy(queue.id, queue.attributes.fairness)
+    return {
+        **claim_params(queue, key[1], takes),
+        "noisy_tenants": list(noisy),
+        "noisy_in_flight": list(noisy.values()),
+    }
+
+
 def _fair_claim_seen(key: ClaimKey, takes: list[Take], rows: list[Any]) -> None:
-    """The floor of the queue's turns, and the processing time of what the
-    claim acknowledged (summed here, written once a second: app/queue/busy.py)."""
+    """The floor of the queue's turns; what the claim handed out, and the
+    processing time of what it acknowledged (app/queue/tally.py)."""
     queue = key[0]
     if not rows:
         return
     queue.floors.learn(rows[0], full_next=True)
-    queue.busy.add(queue.id, zip(rows[0]["acked_tenants"], rows[0]["acked_held"], strict=True))
+    queue.tally.add(queue.id, zip(rows[0]["acked_tenants"], rows[0]["acked_held"], strict=True))
+    queue.tally.handed_out(queue.id, (row["tenant"] for row in rows if row["id"] is not None))
 
 
 CLAIM_FAIR: Grouped[ClaimKey, Take, Claimed] = Grouped(
     name="claim_fair",
     query=Q.claim_fair_messages,
-    params=CLAIM.params,
+    params=_fair_claim_params,
     share=_claim_share,
     limit=GROUP_ITEMS,
     weigh=CLAIM.weigh,
@@ -306,7 +319,7 @@ DELETE_FAIR: Grouped[Queue, Receipt, Deleted] = Grouped(
     share=_delete_share,
     limit=GROUP_ITEMS,
     rows=DELETE.rows,
-    seen=lambda queue, flat, rows: queue.busy.add(
+    seen=lambda queue, flat, rows: queue.tally.add(
         queue.id, ((row["tenant"], row["held"]) for row in rows)),
 )
 """DELETE on a fair queue: each message's processing time summed for its tenant."""

@@ -7,10 +7,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.queue.busy import Busy
     from app.queue.floors import Floors
     from app.queue.kinds import QueueKind
     from app.queue.receipts import Receipt
+    from app.queue.tally import Tally
 
 JSON = Any
 
@@ -76,10 +76,10 @@ def _floors() -> Floors:
     return Floors()
 
 
-def _busy() -> Busy:
-    from app.queue.busy import Busy  # busy reads the statements, which name the rows
+def _tally() -> Tally:
+    from app.queue.tally import Tally  # the tally reads the statements, which name the rows
 
-    return Busy()
+    return Tally()
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,10 @@ class Queue:
     """Where this process's claims of a standard queue start reading (app/queue/
     floors.py): the catalog hands every Queue of one id the same; a Queue made
     elsewhere starts from the beginning, which is always safe."""
-    busy: Busy = field(default_factory=lambda: _busy(), repr=False, compare=False)
-    """Where this process sums a fair queue's processing time (app/queue/busy.py):
+    tally: Tally = field(default_factory=lambda: _tally(), repr=False, compare=False)
+    """What this process counts of a fair queue's tenants (app/queue/tally.py):
     the catalog hands every Queue the one its service flushes; a Queue made
-    elsewhere sums into one that is never written (the share is advisory)."""
+    elsewhere counts into one that is never written (the share is advisory)."""
     kind: QueueKind = field(init=False, repr=False, compare=False)
     """Standard or FIFO: its statements and rules (app/queue/kinds.py), chosen
     here, once, from the attributes."""

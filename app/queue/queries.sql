@@ -593,7 +593,7 @@ LEFT JOIN claimed ON true;
 -- keep (docs/decisions.md, "History costs nothing, step three").
 -- Every row carries the floor of the queue's turns it saw (as ready_floor and
 -- lease_floor) and its mark, and the tenants of the acknowledgements it
--- carried, for the processing time this process sums (app/queue/busy.py).
+-- carried, for the processing time this process sums (app/queue/tally.py).
 WITH
 {{written}},
 acked AS (
@@ -605,10 +605,18 @@ acked AS (
                    AS double precision) AS held
 ),
 noisy AS MATERIALIZED (
-    -- As the fairness round last judged them.
-    SELECT t.tenant, t.in_flight
-    FROM leaseq.tenants AS t
-    WHERE t.queue_id = :queue_id AND t.noisy
+    -- As the fairness round last judged them, and those this process counts
+    -- noisy itself from what it handed out in the current second
+    -- (app/queue/tally.py): a burst is told at the claim that passes the
+    -- thresholds, not at the next round.
+    SELECT coalesce(t.tenant, l.tenant) AS tenant,
+           greatest(t.in_flight, l.in_flight) AS in_flight
+    FROM (SELECT r.tenant, r.in_flight
+          FROM leaseq.tenants AS r
+          WHERE r.queue_id = :queue_id AND r.noisy) AS t
+    FULL JOIN unnest(CAST(:noisy_tenants AS text[]), CAST(:noisy_in_flight AS integer[]))
+              AS l(tenant, in_flight)
+           ON l.tenant = t.tenant
 ),
 walked AS MATERIALIZED (
     (SELECT u.ctid AS turn, u.tenant, u.at, false AS noisy
@@ -620,8 +628,9 @@ walked AS MATERIALIZED (
      ORDER BY u.at
      LIMIT CAST(:max AS integer) + 10)
     UNION ALL
-    -- A noisy tenant's turns due, as many: the sends' since the last claim
-    -- that read it, which the quiet tenants' walk passes; collapsed into one.
+    -- A noisy tenant's turns due (the sends' since the last claim that read
+    -- it, which the quiet tenants' walk passes), collapsed into one: up to a
+    -- thousand by one claim.
     SELECT u.turn, n.tenant, u.at, true
     FROM noisy AS n
     CROSS JOIN LATERAL (
@@ -631,7 +640,7 @@ walked AS MATERIALIZED (
           AND d.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
           AND d.at <= statement_timestamp()
         ORDER BY d.at
-        LIMIT CAST(:max AS integer) + 10
+        LIMIT 1000
     ) AS u
 ),
 firsts AS MATERIALIZED (
@@ -787,7 +796,7 @@ WHERE (SELECT q.fair FROM leaseq.queues AS q
 -- returns: FairDeletedRow
 -- plan: cached (rows by primary key, index probes by tenant and deadline)
 -- delete_messages on a fair queue, with each message's tenant for the
--- processing time this process sums (app/queue/busy.py). No tenant's row is
+-- processing time this process sums (app/queue/tally.py). No tenant's row is
 -- written; the turn at the end of a lease goes with the last message it was
 -- for (ended_turns).
 WITH deleted AS (
@@ -1045,7 +1054,7 @@ SELECT (SELECT count(*) FROM fair) AS queues,
 -- plan: cached (an upsert from arrays)
 -- The processing time this process's acknowledgements of fair queues'
 -- messages held, summed per tenant and written once a second
--- (app/queue/busy.py): a tenant's row takes versions at that pace, not one
+-- (app/queue/tally.py): a tenant's row takes versions at that pace, not one
 -- per acknowledgement. Added to what the row holds, decayed to now; the
 -- version moved on (the round then forgets no row it has not seen so). In
 -- tenant order, as every writer of these rows. A queue no longer fair (or

@@ -82,6 +82,7 @@ async def _claim_buffers(db: asyncpg.Connection, queue_id: int,
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "dead_letter_queue_id": None, "max_receive_count": None,
         "ack_ids": [], "ack_tokens": [], "ready_floor": floor,
+        "noisy_tenants": [], "noisy_in_flight": [],
     })
     counts = []
     for _ in range(3):

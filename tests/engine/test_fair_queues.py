@@ -6,7 +6,7 @@ drains when no quiet one has a message waiting.
 Time passes the way the database sees it: a test that needs "five minutes
 later" moves the stored timestamps back, and the fairness round is run by
 hand (app/queue/fairness.py) rather than waited for, as is the flush of the
-processing time a process summed (app/queue/busy.py)."""
+processing time a process summed (app/queue/tally.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ async def _noisy(db: asyncpg.Connection, queue_id: int) -> set[str]:
 async def _judge(client: httpx.AsyncClient) -> None:
     """The fairness round, after the processing time summed so far is written."""
     app: Any = client.app  # type: ignore[attr-defined]
-    await app.state.service.queues.busy.flush(app.state.db)
+    await app.state.service.queues.tally.flush(app.state.db)
     await judge_tenants(app.state.db)
 
 
@@ -119,6 +119,22 @@ async def test_quiet_tenants_are_served_before_a_noisy_tenants_backlog(
     # The round agrees while the burst has a backlog and most of the messages in flight.
     await _judge(client)
     assert await _noisy(db, queue_id) == {"burst"}
+
+
+async def test_a_burst_is_told_noisy_by_the_claims_of_this_process_before_any_round(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """The round judges once a second; meanwhile each process counts what it
+    handed out in the current second (app/queue/tally.py), and its claims serve
+    the quiet tenants first from the claim that passes the thresholds."""
+    queue = await make_queue(client)
+    queue_id = await queue_id_of(client, queue)
+    await _send_many(client, queue, "burst", 200)
+    assert set(_tenants(await _take(client, queue, 30))) == {"burst"}
+    await _send_many(client, queue, "quiet-a", 3)
+    after = await receive(client, queue, max=10, visibility_timeout=60)
+    assert _tenants(after) == ["quiet-a"] * 3 + ["burst"] * 7
+    assert await _noisy(db, queue_id) == set()  # no round has run
 
 
 async def test_operators_see_the_noisy_tenants_and_the_quiet_tenants_messages(

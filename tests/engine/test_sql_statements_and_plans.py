@@ -146,6 +146,7 @@ async def test_the_fair_claim_reads_no_backlog_it_does_not_take(
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "dead_letter_queue_id": None, "max_receive_count": None,
         "ack_ids": [], "ack_tokens": [], "ready_floor": None,
+        "noisy_tenants": [], "noisy_in_flight": [],
     })
     tx = db.transaction()
     await tx.start()
