@@ -629,8 +629,7 @@ walked AS MATERIALIZED (
      LIMIT CAST(:max AS integer) + 10)
     UNION ALL
     -- A noisy tenant's turns due (the sends' since the last claim that read
-    -- it, which the quiet tenants' walk passes), collapsed into one: up to a
-    -- thousand by one claim.
+    -- it, which the quiet tenants' walk passes), as many, collapsed into one.
     SELECT u.turn, n.tenant, u.at, true
     FROM noisy AS n
     CROSS JOIN LATERAL (
@@ -640,7 +639,7 @@ walked AS MATERIALIZED (
           AND d.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
           AND d.at <= statement_timestamp()
         ORDER BY d.at
-        LIMIT 1000
+        LIMIT CAST(:max AS integer) + 10
     ) AS u
 ),
 firsts AS MATERIALIZED (
