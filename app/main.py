@@ -261,7 +261,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name="leaseq-vacuum",
             ),
             asyncio.create_task(
-                FairnessRounds(db).forever(only_while=maintenance.lock),
+                FairnessRounds(db, catalog.fair_floors).forever(only_while=maintenance.lock),
                 name="leaseq-fairness",
             ),
             asyncio.create_task(

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
+from datetime import datetime
 from typing import Any
 
 from app.db.connector import Connector, ConstraintViolation, Session
@@ -182,7 +183,18 @@ class QueueCatalog:
         self.tally = Tally()
         hub.on_queue_changed = self._forget_queue
 
+    def fair_floors(self) -> dict[int, datetime]:
+        """The floor of each fair queue's turns that this process's claims hold
+        (app/queue/fairness.py starts its looks there)."""
+        return {queue_id: floors.ready for (queue_id, fair), floors in self._floors.items()
+                if fair and floors.ready is not None}
+
     def _forget_queue(self, queue_id: int | None) -> None:
+        # A fair queue's floors start again too: a repair of its turns tells it
+        # changed when it wrote turns below them (queries.sql, floors_reset).
+        for (floored, fair), floors in self._floors.items():
+            if fair and queue_id in (None, floored):
+                floors.reset()
         if queue_id is None:
             self._queue_cache.clear()
             return
@@ -428,13 +440,16 @@ class QueueCatalog:
     async def purge(self, name: str) -> int:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
+            # A fair queue's turns first: a send committed between the two
+            # statements keeps its turn, whether the purge deletes its message
+            # or not (queries.sql, forget_turns).
+            for statement in queue.kind.forget_on_purge:
+                await session.execute(statement, {"queue_id": queue.id})
             purged = await session.execute(Q.purge_queue, {"queue_id": queue.id})
             # A FIFO queue's groups are left for the claims to find empty (a
             # send may be putting a message into one of them right now).
             for statement in queue.kind.free_groups:
                 await session.execute(statement, {"queue_id": queue.id, "ids": None})
-            for statement in queue.kind.forget_on_purge:
-                await session.execute(statement, {"queue_id": queue.id})
             return purged
 
 

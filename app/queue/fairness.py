@@ -18,6 +18,8 @@ round run twice is harmless.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
 
 from app.db.connector import Connector
 from app.db.fleet import FleetLock
@@ -38,11 +40,20 @@ message of the fair queues), and for tenants a writer left without a turn
 (one probe per tenant)."""
 
 
-async def judge_tenants(db: Connector) -> FairnessRoundRow:
-    """One round: every fair queue's tenants counted and judged."""
+async def judge_tenants(
+    db: Connector, floors: Mapping[int, datetime] | None = None,
+) -> FairnessRoundRow:
+    """One round: every fair queue's tenants counted and judged. `floors`: the
+    floor of a fair queue's turns that this process's claims hold, by queue:
+    no message claimable now lies below it, so the round's looks into each
+    tenant's messages start there (under a held horizon, below it lie only the
+    versions of what was settled)."""
+    floors = floors or {}
     async with db.transaction() as session:
         await session.execute(Q.without_jit)
-        (row,) = await session.fetch(Q.fairness_round)
+        (row,) = await session.fetch(Q.fairness_round, {
+            "floor_queues": list(floors), "floors": list(floors.values()),
+        })
     return row
 
 
@@ -68,8 +79,11 @@ async def restore_turns(db: Connector) -> int:
 class FairnessRounds:
     """The rounds of this process, while it holds the maintenance lock."""
 
-    def __init__(self, db: Connector) -> None:
+    def __init__(
+        self, db: Connector, floors: Callable[[], Mapping[int, datetime]] = dict,
+    ) -> None:
         self._db = db
+        self._floors = floors
         self._rounds = 0
 
     async def step(self) -> None:
@@ -77,7 +91,7 @@ class FairnessRounds:
             await adopt_strays(self._db)
             await restore_turns(self._db)
         self._rounds += 1
-        await judge_tenants(self._db)
+        await judge_tenants(self._db, self._floors())
 
     async def forever(self, only_while: FleetLock | None = None) -> None:
         await every(ROUND_SECONDS, self.step, what="fairness round", only_while=only_while)

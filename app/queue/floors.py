@@ -104,6 +104,11 @@ class Floors:
         self._report_at = clock()
         self._full_next = True
 
+    def reset(self) -> None:
+        """From the start again: something was written below the floors (a
+        repair of fair queues' turns, app/queue/fairness.py)."""
+        self.ready = self.lease = None
+
     def report_due(self) -> bool:
         """Whether the next claim reads both ranges and reports (claim_messages,
         claim_ready_messages) rather than the waiting range alone."""

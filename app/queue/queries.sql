@@ -942,10 +942,19 @@ SET LOCAL jit = off;
 -- state changed are written, their processing time decayed as they are now
 -- (a process may have added some since this snapshot).
 WITH fair AS (
-    SELECT id, fair_in_flight_share AS share, fair_in_flight_min AS least_in_flight,
-           fair_processing_share AS busy_share, message_retention AS retention
-    FROM leaseq.queues
-    WHERE fair
+    -- With the floor of its turns that the claims of the process running the
+    -- round hold (none: from the start): every message claimable now has a
+    -- turn at or below its deadline, and every turn is at or above the floor,
+    -- so none lies below it. The looks into a tenant's messages start there:
+    -- under a held horizon, below it lie only the versions of what was settled.
+    SELECT q.id, q.fair_in_flight_share AS share, q.fair_in_flight_min AS least_in_flight,
+           q.fair_processing_share AS busy_share, q.message_retention AS retention,
+           coalesce(f.floor, '-infinity') AS floor
+    FROM leaseq.queues AS q
+    LEFT JOIN unnest(CAST(:floor_queues AS bigint[]), CAST(:floors AS timestamptz[]))
+              AS f(queue_id, floor)
+           ON f.queue_id = q.id
+    WHERE q.fair
 ),
 flight AS (
     -- The leased range of each fair queue's messages_by_state: no backlog is read,
@@ -979,7 +988,7 @@ totals AS (
     GROUP BY queue_id
 ),
 marked AS (
-    SELECT c.*, q.retention,
+    SELECT c.*, q.retention, q.floor,
            (c.in_flight >= q.least_in_flight AND c.in_flight > q.share * s.in_flight)
            OR (s.busy > 0 AND c.busy > q.busy_share * s.busy) AS above,
            NOT c.known OR c.in_flight > 0 OR c.was_in_flight > 0 OR c.was_noisy
@@ -998,6 +1007,7 @@ verdicts AS (
         -- Only for the tenants looked up (a one-time filter on the rest).
         SELECT EXISTS (SELECT 1 FROM leaseq.messages AS w
                        WHERE w.queue_id = m.queue_id AND w.tenant = m.tenant
+                         AND w.visible_at >= m.floor
                          AND w.visible_at <= statement_timestamp()
                          AND w.sent_at > statement_timestamp()
                                          - m.retention * interval '1 second') AS waiting,
@@ -1007,6 +1017,7 @@ verdicts AS (
                EXISTS (SELECT 1 FROM leaseq.messages AS s
                        WHERE s.queue_id = m.queue_id AND s.tenant = m.tenant
                          AND s.visible_at > statement_timestamp() - interval '5 minutes'
+                         AND s.visible_at >= m.floor
                          AND s.sent_at > statement_timestamp() - interval '5 minutes') AS sending
         WHERE m.looked
     ) AS l ON true
@@ -1072,14 +1083,14 @@ SET busy    =
     version = t.version + 1;
 
 -- name: forget_turns
--- After a purge of a fair queue, in its transaction: its turns as this
--- snapshot has them, deleted with the messages they were for (a send
--- committed since keeps its own), so that the purged tenants do not each cost
--- a claim a look.
+-- Before a purge of a fair queue, in its transaction: its turns as this
+-- snapshot has them, deleted, so that the purged tenants do not each cost a
+-- claim a look. A send committed since keeps its turn (its message too, or
+-- the purge's later snapshot deletes it, and its turn then finds nothing).
 DELETE FROM leaseq.turns WHERE queue_id = :queue_id;
 
 -- name: adopt_strays
--- returns: SweptRow
+-- returns: RepairedRow
 -- Messages of a fair queue that name no tenant, sent by a process that had
 -- not yet heard the queue became fair, given the tenant '' (and its turns):
 -- the fair claim reaches only messages with a tenant.
@@ -1099,11 +1110,22 @@ turned AS (
     FROM adopted AS a
     GROUP BY a.queue_id,
              CASE WHEN a.visible_at > statement_timestamp() THEN a.visible_at END
+    RETURNING queue_id
 )
-SELECT count(*) AS swept FROM adopted;
+SELECT count(*) AS swept,
+       {{floors_reset}}
+FROM adopted;
+
+-- fragment: floors_reset
+-- A repair's turns are at the deadlines of messages it found stranded, which
+-- may lie below the floors the claims read from (app/queue/floors.py): each
+-- queue given one is told changed, and every process's claims of it read from
+-- the start again (app/queue/catalog.py).
+(SELECT count(pg_notify('leaseq', format('%s:%s', t.queue_id, 'changed')))
+ FROM (SELECT DISTINCT queue_id FROM turned) AS t) AS told
 
 -- name: restore_turns
--- returns: SweptRow
+-- returns: RepairedRow
 -- Every tenant with a message on a fair queue has a turn at or below its
 -- earliest message: each writer sees to it. This puts it right where a writer
 -- did not (a process of a version from before the turns, during a rolling
@@ -1133,16 +1155,18 @@ heads AS (
     FROM seen AS s
     WHERE s.tenant IS NOT NULL
 ),
-restored AS (
+turned AS (
     INSERT INTO leaseq.turns (queue_id, tenant, at)
     SELECT h.queue_id, h.tenant, h.at
     FROM heads AS h
     WHERE NOT EXISTS (SELECT 1 FROM leaseq.turns AS k
                       WHERE k.queue_id = h.queue_id AND k.tenant = h.tenant
                         AND k.at <= h.at)
-    RETURNING tenant
+    RETURNING queue_id
 )
-SELECT count(*) AS swept FROM restored;
+SELECT count(*) AS swept,
+       {{floors_reset}}
+FROM turned;
 
 -- name: fair_queue_stats
 -- returns: FairStatsRow
@@ -1313,16 +1337,27 @@ RETURNING m.id,
 -- name: save_checkpoint
 -- returns: CheckpointRow
 -- Records a job's cursor and renews the lease by the queue's timeout,
--- conditional on the claim.
+-- conditional on the claim. On a fair queue its tenant gets a turn at the
+-- lease's new end, as a heartbeat gives it (change_fair_visibility).
 WITH
-{{written}}
-UPDATE leaseq.messages_g0 AS m
-SET checkpoint = CAST(:cursor AS jsonb),
-    visible_at = written.at + CAST(:visibility_timeout AS integer) * interval '1 second',
-    leased     = true
-FROM written
-WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id
-RETURNING m.visible_at AS lease_expires_at;
+{{written}},
+saved AS (
+    UPDATE leaseq.messages_g0 AS m
+    SET checkpoint = CAST(:cursor AS jsonb),
+        visible_at = written.at + CAST(:visibility_timeout AS integer) * interval '1 second',
+        leased     = true
+    FROM written
+    WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id
+    RETURNING m.visible_at, m.tenant
+),
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, s.tenant, s.visible_at
+    FROM saved AS s
+    WHERE s.tenant IS NOT NULL
+      AND (SELECT q.fair FROM leaseq.queues AS q WHERE q.id = :queue_id)
+)
+SELECT visible_at AS lease_expires_at FROM saved;
 
 -- name: sweep_expired
 -- Deletes up to :limit messages older than their queue's retention, whatever
@@ -2288,7 +2323,16 @@ moved AS (
                           ELSE m.visible_at END
     FROM moving, written
     WHERE m.id = moving.id AND m.generation = :draining
-    RETURNING m.id, m.queue_id, NOT m.leased AND m.visible_at <= written.at AS ready
+    RETURNING m.id, m.queue_id, m.tenant, NOT m.leased AND m.visible_at <= written.at AS ready
+),
+turned AS (
+    -- A fair queue's message waiting, visible from the moment of the move: its
+    -- tenant a turn there (a claim that sees the move, and not the message
+    -- as claimable yet, may delete the turn it had).
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT m.queue_id, m.tenant, written.at
+    FROM (SELECT DISTINCT queue_id, tenant FROM moved WHERE ready AND tenant IS NOT NULL) AS m
+    JOIN leaseq.queues AS q ON q.id = m.queue_id AND q.fair, written
 ),
 told AS (
     SELECT pg_notify('leaseq', leaseq.notice(m.queue_id, count(*), NULL))

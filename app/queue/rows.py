@@ -226,6 +226,13 @@ class SweptRow(TypedDict):
     swept: int
 
 
+class RepairedRow(SweptRow):
+    """adopt_strays, restore_turns: how many, and the queues told to read from
+    the start again."""
+
+    told: int
+
+
 class MadeFairRow(TypedDict):
     made: bool
 

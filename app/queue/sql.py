@@ -38,6 +38,7 @@ from app.queue.rows import (
     RedriveBatchRow,
     RedriveTaskRow,
     ReleasedRow,
+    RepairedRow,
     ReplayedRow,
     RotatedRow,
     RotationRow,
@@ -87,8 +88,8 @@ class Statements(Queries):
     fairness_round: Query[FairnessRoundRow]
     add_busy: Query[None]
     forget_turns: Query[None]
-    adopt_strays: Query[SweptRow]
-    restore_turns: Query[SweptRow]
+    adopt_strays: Query[RepairedRow]
+    restore_turns: Query[RepairedRow]
     fair_queue_stats: Query[FairStatsRow]
     top_tenants: Query[TenantBacklogRow]
     queue_outlook: Query[OutlookRow]

@@ -291,26 +291,54 @@ async def test_a_redriven_message_is_claimable_in_its_fair_queue_at_once(
     assert sorted(m.get("group") or "" for m in got) == ["", "quiet"]
 
 
-async def test_a_stray_adopted_and_a_tenant_whose_row_went_missing_come_back(
+async def test_a_stray_adopted_and_a_tenant_without_a_turn_come_back_below_the_floors(
     client: httpx.AsyncClient, db: asyncpg.Connection,
 ) -> None:
+    """The seldom repairs give a turn at the deadline of a message they find
+    stranded, below the floor the claims read from by then: each tells its
+    queue changed, and the claims of every process read from the start again
+    (within a look-back of 30 s they would not)."""
     queue = await make_queue(client, fair=True)
     queue_id = await queue_id_of(client, queue)
+    app: Any = client.app  # type: ignore[attr-defined]
+    found = await app.state.service.queues.find(queue)
     await _held(client, db, queue, "")
+    for n in range(3):  # claims that leave a floor above a minute ago
+        await send(client, queue, f"m{n}", group="other")
+        assert len(await receive(client, queue, max=10, visibility_timeout=60)) == 1
+    assert found.floors.params()["ready_floor"] is not None
+
+    async def received(body: str) -> bool:
+        return _bodies(await receive(client, queue, max=10, visibility_timeout=60)) == [body]
+
     # As a process that had not yet heard the queue became fair would store it.
     await db.execute("INSERT INTO leaseq.messages (queue_id, body, visible_at) "
-                     "VALUES ($1, 'stray', statement_timestamp())", queue_id)
-    app: Any = client.app  # type: ignore[attr-defined]
+                     "VALUES ($1, 'stray', now() - interval '1 minute')", queue_id)
     assert await adopt_strays(app.state.db) == 1
-    assert _bodies(await receive(client, queue, max=10, visibility_timeout=60)) == ["stray"]
+    await eventually(lambda: received("stray"), seconds=10)
     # As a writer of a version from before the turns would leave it: a message
     # whose tenant has no turn. The seldom round gives it one.
     await db.execute("INSERT INTO leaseq.messages (queue_id, body, tenant, visible_at) "
-                     "VALUES ($1, 'turnless', 'new', statement_timestamp())", queue_id)
+                     "VALUES ($1, 'turnless', 'new', now() - interval '1 minute')", queue_id)
     assert await receive(client, queue, max=10) == []
     assert await restore_turns(app.state.db) == 1
     assert await restore_turns(app.state.db) == 0
-    assert _bodies(await receive(client, queue, max=10)) == ["turnless"]
+    await eventually(lambda: received("turnless"), seconds=10)
+
+
+async def test_a_checkpoint_gives_its_tenant_a_turn_at_the_leases_new_end(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """A checkpoint renews the lease as a heartbeat does: a claim reads no
+    message whose deadline is to come, so the new end needs a turn of its own."""
+    queue = await make_queue(client, fair=True, visibility_timeout=60)
+    held = await _held(client, db, queue)
+    saved = await client.put(f"{_lease_of(client, queue, held)}/checkpoint",
+                             json={"cursor": {"page": 2}})
+    assert saved.status_code == 200, saved.text
+    deadline = await db.fetchval("SELECT visible_at FROM leaseq.messages")
+    assert await db.fetchval(
+        "SELECT count(*) FROM leaseq.turns WHERE tenant = 'quiet' AND at = $1", deadline) == 1
 
 
 async def test_the_rounds_forget_empty_tenants_and_restore_a_lost_turn(
@@ -458,11 +486,35 @@ async def test_a_fair_claim_costs_the_same_while_a_transaction_holds_the_horizon
         await holder.fetchval("SELECT count(*) FROM leaseq.queues")
         await _cycle(client, queue, 4000, 10)
         held = await claim_buffers()
-        assert await db.fetchval(
-            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'turns'") is not None
+        # The fairness round looks into the messages of each tenant with some
+        # in flight: from the claims' floor, only what was settled since.
+        await receive(client, queue, max=10, visibility_timeout=60)
+        floor = found.floors.params()["ready_floor"]
+        assert floor is not None
+        from_floor = await _round_buffers(db, {queue_id: floor})
+        from_start = await _round_buffers(db, {})
     finally:
         await holder.close()
     assert held <= 2 * clean + 100, (clean, held)
+    assert 2 * from_floor < from_start, (from_floor, from_start)
+
+
+async def _round_buffers(db: asyncpg.Connection, floors: dict[int, Any]) -> int:
+    """Buffers one fairness round reads or writes, rolled back (as _claim_buffers)."""
+    sql, args = positional("fairness_round", {
+        "floor_queues": list(floors), "floors": list(floors.values())})
+    tx = db.transaction()
+    await tx.start()
+    try:
+        plan = json.loads(await db.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
+    finally:
+        await tx.rollback()
+    read = {n.get("CTE Name") for n in _nodes(plan) if n["Node Type"] == "CTE Scan"}
+    return _blocks(plan) + sum(
+        _blocks(n) for n in plan.get("Plans", [])
+        if n["Node Type"] == "ModifyTable"
+        and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
 
 
 async def _cycle_free_send(client: httpx.AsyncClient, queue: str, count: int,
