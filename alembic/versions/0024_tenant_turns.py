@@ -30,10 +30,11 @@ visibility change and `leaseq.make_fair` insert turns instead of writing the
 tenants' rows; the role that owns them (0018) may read and insert turns.
 
 `tenants.ready_at` and `version` stay, unread by this version's claims: a
-process of an earlier version still writes them during a rolling upgrade
-(its sends then give no turn, and its tenants wait for the fairness round's
-repair, at most thirty seconds: upgrade every process). `tenants_ready` goes;
-`tenants_noisy` lets a claim read the few noisy tenants alone.
+process of an earlier version still writes them during a rolling upgrade. Its
+sends, claims and heartbeats give no turns, so its tenants' messages wait for the
+fairness round's repair (every thirty seconds), and its own claims, which walk
+`ready_at`, miss what this version sends: upgrade every process. `tenants_ready`
+goes; `tenants_noisy` lets a claim read the few noisy tenants alone.
 """
 
 from collections.abc import Sequence
