@@ -32,7 +32,7 @@ probe per tenant.
 from collections.abc import Sequence
 
 from alembic import op
-from app.db.function_edits import Edit, edit_functions
+from app.db.function_edits import Edit, edit_functions, functions_owner
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -173,11 +173,7 @@ _GRANTS = (
 
 def _functions_owner() -> str | None:
     """The role owning the SQL API's functions, when it is not the migrating one."""
-    owner: str = op.get_bind().exec_driver_sql(
-        f"SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p "
-        f"WHERE p.oid = '{_SEND}'::regprocedure AND p.proowner <> "
-        f"(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)").scalar()
-    return owner
+    return functions_owner(op.get_bind(), _SEND)
 
 
 def upgrade() -> None:

@@ -32,3 +32,13 @@ def edit_functions(bind: Connection, edits: Sequence[Edit], *, forward: bool = T
                     f"changed outside the migrations?")
             definition = definition.replace(old, new)
         bind.exec_driver_sql(definition)
+
+
+def functions_owner(bind: Connection, function: str) -> str | None:
+    """The role owning `function` (the SQL API's, migration 0018), when it is not
+    the migrating one: what a migration grants it for the writes it edits in."""
+    owner: str | None = bind.exec_driver_sql(
+        f"SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p "
+        f"WHERE p.oid = '{function}'::regprocedure AND p.proowner <> "
+        f"(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)").scalar()
+    return owner

@@ -74,31 +74,33 @@ def _blocks(node: dict[str, Any]) -> int:
 
 async def _claim_buffers(db: asyncpg.Connection, queue_id: int,
                          floor: Any = None) -> int:
-    """Buffers one fair claim of ten reads or writes, by EXPLAIN (ANALYZE,
-    BUFFERS), rolled back: the plan's root, and each data-modifying CTE that
-    nothing reads (PostgreSQL runs those after the root, outside its count).
-    The least of three."""
+    """Buffers one fair claim of ten reads or writes (_statement_buffers), the
+    least of three."""
     sql, args = positional("claim_fair_messages", {
         "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
         "dead_letter_queue_id": None, "max_receive_count": None,
         "ack_ids": [], "ack_tokens": [], "ready_floor": floor,
         "noisy_tenants": [], "noisy_in_flight": [],
     })
-    counts = []
-    for _ in range(3):
-        tx = db.transaction()
-        await tx.start()
-        try:
-            plan = json.loads(await db.fetchval(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
-        finally:
-            await tx.rollback()
-        read = {n.get("CTE Name") for n in _nodes(plan) if n["Node Type"] == "CTE Scan"}
-        counts.append(_blocks(plan) + sum(
-            _blocks(n) for n in plan.get("Plans", [])
-            if n["Node Type"] == "ModifyTable"
-            and n.get("Subplan Name", "").removeprefix("CTE ") not in read))
-    return min(counts)
+    return min([await _statement_buffers(db, sql, args) for _ in range(3)])
+
+
+async def _statement_buffers(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:
+    """Buffers a statement reads or writes, by EXPLAIN (ANALYZE, BUFFERS), rolled
+    back: the plan's root, and each data-modifying CTE that nothing reads
+    (PostgreSQL runs those after the root, outside its count)."""
+    tx = db.transaction()
+    await tx.start()
+    try:
+        plan = json.loads(await db.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
+    finally:
+        await tx.rollback()
+    read = {n.get("CTE Name") for n in _nodes(plan) if n["Node Type"] == "CTE Scan"}
+    return _blocks(plan) + sum(
+        _blocks(n) for n in plan.get("Plans", [])
+        if n["Node Type"] == "ModifyTable"
+        and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
 
 
 async def test_a_fair_claim_costs_about_the_same_at_20000_tenants_as_at_10(
@@ -500,21 +502,10 @@ async def test_a_fair_claim_costs_the_same_while_a_transaction_holds_the_horizon
 
 
 async def _round_buffers(db: asyncpg.Connection, floors: dict[int, Any]) -> int:
-    """Buffers one fairness round reads or writes, rolled back (as _claim_buffers)."""
+    """Buffers one fairness round reads or writes, rolled back."""
     sql, args = positional("fairness_round", {
         "floor_queues": list(floors), "floors": list(floors.values())})
-    tx = db.transaction()
-    await tx.start()
-    try:
-        plan = json.loads(await db.fetchval(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
-    finally:
-        await tx.rollback()
-    read = {n.get("CTE Name") for n in _nodes(plan) if n["Node Type"] == "CTE Scan"}
-    return _blocks(plan) + sum(
-        _blocks(n) for n in plan.get("Plans", [])
-        if n["Node Type"] == "ModifyTable"
-        and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
+    return await _statement_buffers(db, sql, args)
 
 
 async def _cycle_free_send(client: httpx.AsyncClient, queue: str, count: int,
