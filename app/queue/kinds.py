@@ -18,7 +18,7 @@ from typing import Any
 
 from app.db.connector import Connector
 from app.db.queries import Query
-from app.queue import grouped
+from app.queue import grouped, grouped_fifo
 from app.queue.group_commit import GroupCommit, Grouped, Statement
 from app.queue.models import OutgoingMessage, Queue, QueueAttributes, SentMessage
 from app.queue.receipts import Receipt
@@ -125,25 +125,24 @@ FAIR = replace(
     forget_on_purge=(Q.forget_turns,),
 )
 """A standard queue whose messages name tenants (`fair`, set by the first such
-message): its claims take quiet tenants' messages first, and its claims and
-acknowledgements keep the tenants' counts (docs/fair-queues.md). A message
-naming no tenant is stored with the tenant '', its own. Each tenant's row
-holds when it may next have a message claimable (its bound), which every
-statement that can make one claimable sooner lowers: its visibility changes
-and give-backs are its own, and a purge sets the bounds again."""
+message): its claims take quiet tenants' messages first (docs/fair-queues.md),
+finding the tenants through their turns (`leaseq.turns`), which every
+statement that sets a message's deadline inserts: its visibility changes and
+give-backs are its own, and a purge forgets the turns first. A message naming
+no tenant is stored with the tenant '', its own."""
 
 FIFO = QueueKind(
     name="fifo",
-    send=grouped.SEND_FIFO,
+    send=grouped_fifo.SEND_FIFO,
     send_key=lambda queue: (queue.id, queue.attributes.delay),
     outgoing=fifo_outgoing,
-    send_notice=lambda queue, rows: grouped.fifo_send_notice(
+    send_notice=lambda queue, rows: grouped_fifo.fifo_send_notice(
         queue.id, queue.attributes.delay, rows
     ),
     sent=_sent_in_sequence,
-    claim=grouped.CLAIM_FIFO,
-    delete=grouped.DELETE_FIFO,
-    change=grouped.CHANGE_FIFO,
+    claim=grouped_fifo.CLAIM_FIFO,
+    delete=grouped_fifo.DELETE_FIFO,
+    change=grouped_fifo.CHANGE_FIFO,
     give_back=Q.give_back_fifo_claims,
     free_groups=(Q.touch_groups,),
     forget_on_purge=(Q.forget_deduplication,),

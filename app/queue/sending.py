@@ -11,7 +11,8 @@ from typing import TypeVar
 from app.errors import InvalidParameter, MessageTooLarge, MissingParameter, QueueError
 from app.queue import limits, typed
 from app.queue.catalog import check_range
-from app.queue.grouped import FifoOutgoing, Outgoing
+from app.queue.grouped import Outgoing
+from app.queue.grouped_fifo import FifoOutgoing
 from app.queue.models import (
     EntryError,
     OutgoingMessage,

@@ -498,7 +498,7 @@ async def test_a_fifo_queues_delay_applies_to_the_messages_already_waiting(
 async def test_a_fifo_claim_given_back_frees_its_group_uncounted(
     client: httpx.AsyncClient,
 ) -> None:
-    from app.queue import grouped
+    from app.queue import grouped, grouped_fifo
 
     queue = await fifo_queue(client)
     await send_fifo(client, queue, "m0", "G")
@@ -506,7 +506,7 @@ async def test_a_fifo_claim_given_back_frees_its_group_uncounted(
     service = client.app.state.service  # type: ignore[attr-defined]
     found = service.queues.cached(queue) or await service.queues.find(queue)
     db = client.app.state.db  # type: ignore[attr-defined]
-    statement, params = grouped.CLAIM_FIFO.query, grouped.fifo_claim_params(
+    statement, params = grouped_fifo.CLAIM_FIFO.query, grouped_fifo.fifo_claim_params(
         found, 30, [grouped.Take(2)]
     )
     rows = [r for r in await db.fetch(statement, params) if r["id"] is not None]

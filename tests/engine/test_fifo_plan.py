@@ -10,7 +10,8 @@ import asyncpg
 import httpx
 from support import make_queue, positional
 
-from app.queue.grouped import Take, fifo_claim_params
+from app.queue.grouped import Take
+from app.queue.grouped_fifo import fifo_claim_params
 from app.queue.models import Queue, QueueAttributes
 
 MESSAGES = 100_000
