@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
@@ -125,3 +126,60 @@ async def notices_heard(pool: asyncpg.Pool) -> None:
             await conn.execute("SELECT pg_notify('leaseq', $1)", marker)
         await asyncio.wait_for(heard, 10)
         await listener.remove_listener("leaseq", on_notice)
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node]
+    for child in node.get("Plans", []):
+        found.extend(_plan_nodes(child))
+    return found
+
+
+def _blocks(node: dict[str, Any]) -> int:
+    return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+
+
+async def statement_buffers(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:
+    """Buffers a statement reads or writes, by EXPLAIN (ANALYZE, BUFFERS), rolled
+    back: the plan's root, and each data-modifying CTE that nothing reads
+    (PostgreSQL runs those after the root, outside its count)."""
+    tx = db.transaction()
+    await tx.start()
+    try:
+        plan = json.loads(await db.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
+    finally:
+        await tx.rollback()
+    read = {n.get("CTE Name") for n in _plan_nodes(plan) if n["Node Type"] == "CTE Scan"}
+    return _blocks(plan) + sum(
+        _blocks(n) for n in plan.get("Plans", [])
+        if n["Node Type"] == "ModifyTable"
+        and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
+
+
+async def cycle(client: httpx.AsyncClient, queue: str,
+                batches: Iterable[list[dict[str, Any]]]) -> None:
+    """Each batch sent, then up to ten messages received and acknowledged
+    together: a queue's history, a receive and a settle a batch."""
+    for batch in batches:
+        response = await client.post(f"/v1/queues/{queue}/messages", json={"messages": batch})
+        assert response.status_code == 200, response.text
+        got = await receive(client, queue, max=10, visibility_timeout=60)
+        assert got
+        response = await client.post(f"/v1/queues/{queue}/messages/delete", json={
+            "receipt_handles": [m["receipt_handle"] for m in got]})
+        assert response.status_code == 200, response.text
+
+
+async def redriven(client: httpx.AsyncClient, dead_letter_queue: str) -> None:
+    """A redrive of `dead_letter_queue` back to its sources, started and waited
+    for until it completed."""
+    started = await client.post(f"/v1/queues/{dead_letter_queue}/redrive", json={})
+    assert started.status_code == 202, started.text
+    task_id = started.json()["task_id"]
+
+    async def done() -> bool:
+        task = (await client.get(f"/v1/redrive-tasks/{task_id}")).json()
+        return bool(task["status"] == "completed")
+
+    await eventually(done)

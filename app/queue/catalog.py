@@ -177,23 +177,24 @@ class QueueCatalog:
         self._queue_cache: dict[str, tuple[float, Queue]] = {}
         # Kept across the queue's attribute changes: a floor holds whatever the
         # attributes say (a deleted queue's few bytes stay until the process ends).
-        # A queue turning fair gets floors of its own: a fair claim's floor is
-        # under the queue's turns, not its messages (claim_fair_messages).
+        # A queue turning fair gets floors of its own: a fair or FIFO claim's
+        # floor is under the queue's turns, not its messages
+        # (claim_fair_messages, claim_fifo_messages).
         self._floors: dict[tuple[int, bool], Floors] = {}
         self.tally = Tally()
         hub.on_queue_changed = self._forget_queue
 
     def fair_floors(self) -> dict[int, datetime]:
-        """The floor of each fair queue's turns that this process's claims hold
-        (app/queue/fairness.py starts its looks there)."""
-        return {queue_id: floors.ready for (queue_id, fair), floors in self._floors.items()
-                if fair and floors.ready is not None}
+        """The floor of each fair (or FIFO) queue's turns that this process's
+        claims hold (app/queue/fairness.py starts its looks there)."""
+        return {queue_id: floors.ready for (queue_id, turned), floors in self._floors.items()
+                if turned and floors.ready is not None}
 
     def _forget_queue(self, queue_id: int | None) -> None:
         # A fair queue's floors start again too: a repair of its turns tells it
         # changed when it wrote turns below them (queries.sql, floors_reset).
-        for (floored, fair), floors in self._floors.items():
-            if fair and queue_id in (None, floored):
+        for (floored, turned), floors in self._floors.items():
+            if turned and queue_id in (None, floored):
                 floors.reset()
         if queue_id is None:
             self._queue_cache.clear()
@@ -216,7 +217,7 @@ class QueueCatalog:
         if row is None:
             self._queue_cache.pop(name, None)
             raise _not_found(name)
-        key = (row["id"], row["fair"])
+        key = (row["id"], row["fair"] or row["fifo"])
         floors = self._floors.get(key)
         if floors is None:
             floors = self._floors[key] = Floors()
@@ -365,11 +366,8 @@ class QueueCatalog:
             updated = _queue_from_row(row)
             if wanted.fair and not current.attributes.fair:
                 updated = await self._make_fair_in(session, updated)
-            if wanted.delay < current.attributes.delay:
-                # A FIFO queue's delay counts from each message's sending: a
-                # shorter one may make its groups claimable sooner.
-                for statement in current.kind.free_groups:
-                    await session.execute(statement, {"queue_id": current.id, "ids": None})
+            for statement in current.kind.on_change(current.attributes, wanted):
+                await session.execute(statement, {"queue_id": current.id})
             await _announce_change(session, current.id)
             return updated
 
@@ -440,17 +438,12 @@ class QueueCatalog:
     async def purge(self, name: str) -> int:
         async with self._db.transaction() as session:
             queue = await self.lookup(session, name)
-            # A fair queue's turns first: a send committed between the two
-            # statements keeps its turn, whether the purge deletes its message
-            # or not (queries.sql, forget_turns).
+            # A fair or FIFO queue's turns first: a send committed between the
+            # two statements keeps its turn, whether the purge deletes its
+            # message or not (queries.sql, forget_turns).
             for statement in queue.kind.forget_on_purge:
                 await session.execute(statement, {"queue_id": queue.id})
-            purged = await session.execute(Q.purge_queue, {"queue_id": queue.id})
-            # A FIFO queue's groups are left for the claims to find empty (a
-            # send may be putting a message into one of them right now).
-            for statement in queue.kind.free_groups:
-                await session.execute(statement, {"queue_id": queue.id, "ids": None})
-            return purged
+            return await session.execute(Q.purge_queue, {"queue_id": queue.id})
 
 
 def _some_named(names: list[str], readable: Callable[[str], bool] | None) -> str:

@@ -118,6 +118,7 @@ def fifo_claim_params(
         "dead_letter_queue_id": queue.dead_letter_queue_id,
         "max_receive_count": queue.attributes.max_receive_count,
         "delay": queue.attributes.delay,
+        "ready_floor": queue.floors.ready,
     }
 
 
@@ -142,8 +143,11 @@ CLAIM_FIFO: Grouped[ClaimKey, Take, Claimed] = Grouped(
     weigh=lambda takes: sum(take.wanted for take in takes),
     then=lambda key, rows: dead_letter_notice(key[0], int(rows[0]["dead"])),
     undo=lambda key, share: give_back(key[0], claims_of(key[0].id, share.rows)),
+    seen=lambda key, takes, rows: key[0].floors.learn(rows[0] if rows else None,
+                                                       full_next=True),
 )
-"""A FIFO claim's takes carry no acknowledgements: they are settled first."""
+"""A FIFO claim's takes carry no acknowledgements: they are settled first. It
+reads the groups' turns from the queue's floor, as a fair claim does."""
 
 DELETE_FIFO: Grouped[Queue, Receipt, Deleted] = Grouped(
     name="delete_fifo",

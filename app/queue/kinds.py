@@ -4,10 +4,11 @@ the engine then asks its queue's kind and never branches on FIFO.
 
 What a FIFO queue does differently, and why it has statements of its own:
 its messages are in groups, and a group's messages are delivered one claim at
-a time, in order. Its statements therefore read and write the group rows
-(`message_groups`) beside the messages: a claim takes the heads of unlocked
-groups, an acknowledgement, release or lapse frees the group, and a send
-deduplicates and numbers its messages (docs/fifo.md).
+a time, in order. Its statements therefore keep the groups' turns and heads
+beside the messages (queries.sql, "FIFO queues"): a claim reads the groups
+whose turn has come from each one's last head, an acknowledgement, release
+or lapse gives the group a turn, and a send takes the group's lock,
+deduplicates and numbers its messages (docs/state-machine.md, "FIFO queues").
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ class QueueKind:
     change: Grouped[int, grouped.Change, dict[int, ChangedRow]]
     give_back: Query[Any]
     """Undoes claims that reached no receiver (ids, claim tokens)."""
-    free_groups: tuple[Query[Any], ...]
-    """Run, in the same transaction, after messages were released (`ids`, their
-    rows) or purged (`ids` None): their groups may be claimed again."""
+    on_change: Callable[[QueueAttributes, QueueAttributes], tuple[Query[Any], ...]]
+    """Run (`queue_id`) in the transaction that changes the queue's attributes
+    from the first to the second: what the change makes stale."""
     forget_on_purge: tuple[Query[Any], ...]
-    """Run (`queue_id`) after a purge and its free_groups: what the purge
+    """Run (`queue_id`) before a purge, in its transaction: what the purge
     forgets besides the messages."""
     outlook: Callable[[Queue], Statement]
     """When the next message becomes claimable, and whether one is now."""
@@ -59,8 +60,7 @@ class QueueKind:
     of the kind's claim (or of a replayed receive attempt)."""
     acks_ride_claims: bool
     """Whether a claim's statement may also delete a worker's acknowledgements.
-    A FIFO receive settles them first: their groups' rows are locked in group
-    order, which a claim (skipping locked groups) does not keep."""
+    A FIFO receive settles them first (its claim has no acknowledgement step)."""
     remembers_attempts: bool
     """Whether a receive request attempt id replays what its first try claimed
     (SQS's ReceiveRequestAttemptId; a standard queue ignores it, as SQS does)."""
@@ -96,7 +96,7 @@ STANDARD = QueueKind(
     delete=grouped.DELETE,
     change=grouped.CHANGE,
     give_back=Q.give_back_claims,
-    free_groups=(),
+    on_change=lambda old, new: (),
     forget_on_purge=(),
     outlook=lambda queue: (Q.queue_outlook, {
         "queue_id": queue.id, "retention": queue.attributes.message_retention,
@@ -144,9 +144,17 @@ FIFO = QueueKind(
     delete=grouped_fifo.DELETE_FIFO,
     change=grouped_fifo.CHANGE_FIFO,
     give_back=Q.give_back_fifo_claims,
-    free_groups=(Q.touch_groups,),
-    forget_on_purge=(Q.forget_deduplication,),
-    outlook=lambda queue: (Q.fifo_outlook, {"queue_id": queue.id}),
+    on_change=lambda old, new: (
+        # Its messages count the delay from their sending: a shorter one may
+        # make groups claimable before their turns.
+        ((Q.turn_groups_now,) if new.delay < old.delay else ())
+        # A claim passes messages past retention when it learns a group's head.
+        + ((Q.forget_heads,) if new.message_retention > old.message_retention else ())
+    ),
+    forget_on_purge=(Q.forget_turns, Q.forget_deduplication),
+    outlook=lambda queue: (Q.fifo_outlook, {
+        "queue_id": queue.id, "ready_floor": queue.floors.ready,
+    }),
     received_fields=_in_group,
     acks_ride_claims=False,
     remembers_attempts=True,

@@ -757,19 +757,7 @@ turned AS (
     FROM claimed AS c, written
     WHERE c.tenant IS NOT NULL
 ),
-floors AS (
-    -- The earliest turn due at or above the floor given, as this statement's
-    -- snapshot sees it, else now (floors.py takes it when it may): one range,
-    -- reported as both of a standard claim's.
-    SELECT least((SELECT min(u.at) FROM leaseq.turns AS u
-                  WHERE u.queue_id = :queue_id
-                    AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
-                    AND u.at <= statement_timestamp()),
-                 statement_timestamp()) AS ready_floor,
-           CAST(:ready_floor AS timestamptz) AS ready_from,
-           CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmin,
-           now() AS looked_at
-)
+{{turn_floors}}
 SELECT (SELECT count(*) FROM dead) AS dead,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM acked) AS acked,
        (SELECT coalesce(array_agg(held ORDER BY id), '{}') FROM acked) AS acked_held,
@@ -781,6 +769,22 @@ SELECT (SELECT count(*) FROM dead) AS dead,
        {{claim_xid}}
 FROM floors
 LEFT JOIN claimed ON true;
+
+-- fragment: turn_floors
+-- A fair or FIFO claim's report (claim_fair_messages, claim_fifo_messages):
+-- the earliest turn due at or above the floor given, as this statement's
+-- snapshot sees it, else now (floors.py takes it when it may): one range,
+-- reported as both of a standard claim's.
+floors AS (
+    SELECT least((SELECT min(u.at) FROM leaseq.turns AS u
+                  WHERE u.queue_id = :queue_id
+                    AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+                    AND u.at <= statement_timestamp()),
+                 statement_timestamp()) AS ready_floor,
+           CAST(:ready_floor AS timestamptz) AS ready_from,
+           CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS snapshot_xmin,
+           now() AS looked_at
+)
 
 -- fragment: dead_letter_turns
 -- The tenants of the messages a claim moved (`dead`) to a fair dead-letter
@@ -1083,9 +1087,9 @@ SET busy    =
     version = t.version + 1;
 
 -- name: forget_turns
--- Before a purge of a fair queue, in its transaction: its turns as this
--- snapshot has them, deleted, so that the purged tenants do not each cost a
--- claim a look. A send committed since keeps its turn (its message too, or
+-- Before a purge of a fair or FIFO queue, in its transaction: its turns as
+-- this snapshot has them, deleted, so that the purged tenants (groups) do not
+-- each cost a claim a look. A send committed since keeps its turn (its message too, or
 -- the purge's later snapshot deletes it, and its turn then finds nothing).
 DELETE FROM leaseq.turns WHERE queue_id = :queue_id;
 
@@ -1297,7 +1301,8 @@ SELECT pg_notify('leaseq', format('%s:%s', CAST(:queue_id AS bigint), 'changed')
 -- The delay is the one asked for, else the queue's retry ladder for the
 -- message's receive count (initial * multiplier^(count-1), at most max, less
 -- up to `jitter` of it at random), else 0: visible at once.
--- On a fair queue its tenant gets a turn at the message's new deadline.
+-- On a fair queue its tenant, on a FIFO queue its group, gets a turn at the
+-- message's new deadline.
 WITH
 {{written}},
 released AS (
@@ -1312,13 +1317,13 @@ released AS (
     FROM leaseq.queues AS q, written
     WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id AND q.id = m.queue_id
     RETURNING extract(epoch FROM m.visible_at - written.at) AS delay,
-              m.visible_at, m.tenant, q.fair
+              m.visible_at, CASE WHEN q.fair THEN m.tenant WHEN q.fifo THEN m.group_id END AS turn
 ),
 turned AS (
     INSERT INTO leaseq.turns (queue_id, tenant, at)
-    SELECT :queue_id, r.tenant, r.visible_at
+    SELECT :queue_id, r.turn, r.visible_at
     FROM released AS r
-    WHERE r.fair AND r.tenant IS NOT NULL
+    WHERE r.turn IS NOT NULL
 )
 SELECT delay, visible_at FROM released;
 
@@ -1337,8 +1342,9 @@ RETURNING m.id,
 -- name: save_checkpoint
 -- returns: CheckpointRow
 -- Records a job's cursor and renews the lease by the queue's timeout,
--- conditional on the claim. On a fair queue its tenant gets a turn at the
--- lease's new end, as a heartbeat gives it (change_fair_visibility).
+-- conditional on the claim. On a fair queue its tenant, on a FIFO queue its
+-- group, gets a turn at the lease's new end, as a heartbeat gives it
+-- (change_fair_visibility, change_fifo_visibility).
 WITH
 {{written}},
 saved AS (
@@ -1348,14 +1354,14 @@ saved AS (
         leased     = true
     FROM written
     WHERE m.id = :id AND m.claim_token = :token AND m.queue_id = :queue_id
-    RETURNING m.visible_at, m.tenant
+    RETURNING m.visible_at, coalesce(m.tenant, m.group_id) AS turn
 ),
 turned AS (
     INSERT INTO leaseq.turns (queue_id, tenant, at)
-    SELECT :queue_id, s.tenant, s.visible_at
+    SELECT :queue_id, s.turn, s.visible_at
     FROM saved AS s
-    WHERE s.tenant IS NOT NULL
-      AND (SELECT q.fair FROM leaseq.queues AS q WHERE q.id = :queue_id)
+    WHERE s.turn IS NOT NULL
+      AND (SELECT q.fair OR q.fifo FROM leaseq.queues AS q WHERE q.id = :queue_id)
 )
 SELECT visible_at AS lease_expires_at FROM saved;
 
@@ -1466,7 +1472,8 @@ RETURNING id, max_per_second;
 -- whole batch, so nothing is lost or duplicated. Messages being inspected
 -- (in flight) wait for a later batch; ones with nowhere to go stay. A FIFO
 -- message goes to the end of its group there, with a new sequence number
--- taken once the group's row is locked (as a send takes it). A task whose
+-- taken once it holds the group's lock (as a send takes it), and the group a
+-- turn there. A task whose
 -- destination queue was deleted moves nothing more: it fails, as SQS's does.
 -- The moved are claimable at once, from the moment of the write (the fragment
 -- written).
@@ -1478,9 +1485,9 @@ task AS (
 batch AS (
     SELECT m.id, m.group_id,
            coalesce(task.destination_queue_id, m.dead_letter_source_id) AS destination,
-           (SELECT d.fair FROM leaseq.queues AS d
+           (SELECT d.fair OR d.fifo FROM leaseq.queues AS d
             WHERE d.id = coalesce(task.destination_queue_id, m.dead_letter_source_id))
-               AS fair
+               AS turned
     FROM leaseq.messages AS m, task
     WHERE m.queue_id = task.source_queue_id
       AND m.visible_at <= statement_timestamp()
@@ -1491,15 +1498,18 @@ batch AS (
     LIMIT :batch
     FOR UPDATE OF m SKIP LOCKED
 ),
-destination_groups AS (
-    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
-    SELECT d.destination, d.group_id, statement_timestamp()
-    FROM (SELECT DISTINCT destination, group_id FROM batch WHERE group_id IS NOT NULL) AS d
+destination_groups AS MATERIALIZED (
+    SELECT d.destination, d.group_id,
+           pg_advisory_xact_lock(hashtextextended(d.group_id, d.destination)) AS locked
+    FROM (SELECT DISTINCT destination, group_id FROM batch WHERE group_id IS NOT NULL
+          ORDER BY destination, group_id) AS d
     ORDER BY d.destination, d.group_id
-    ON CONFLICT (queue_id, group_id) DO UPDATE
-    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
-        version    = g.version + 1
-    RETURNING g.queue_id, g.group_id
+),
+numbered AS MATERIALIZED (
+    SELECT b.id, nextval('leaseq.message_sequence') AS sequence_number
+    FROM (SELECT batch.id FROM batch JOIN destination_groups AS g
+            ON g.destination = batch.destination AND g.group_id = batch.group_id
+          ORDER BY batch.id) AS b
 ),
 moved AS (
     UPDATE leaseq.messages AS m
@@ -1511,22 +1521,22 @@ moved AS (
         leased = false,
         first_received_at = NULL,
         visible_at = written.at,
-        sequence_number = CASE WHEN g.group_id IS NULL THEN NULL
-                               ELSE nextval('leaseq.message_sequence') END,
-        tenant = CASE WHEN batch.fair THEN coalesce(m.tenant, '') ELSE m.tenant END
+        sequence_number = n.sequence_number,
+        tenant = CASE WHEN batch.turned AND m.group_id IS NULL THEN coalesce(m.tenant, '')
+                      ELSE m.tenant END
     FROM written, batch
-    LEFT JOIN destination_groups AS g
-           ON g.queue_id = batch.destination AND g.group_id = batch.group_id
+    LEFT JOIN numbered AS n ON n.id = batch.id
     WHERE m.id = batch.id
-    RETURNING m.queue_id, m.tenant, batch.fair
+    RETURNING m.queue_id, coalesce(m.tenant, m.group_id) AS turn, batch.turned
 ),
 destination_turns AS (
     -- Into a fair queue, each message is its tenant's there (one that named
-    -- none is its own, ''), claimable now: a turn each.
+    -- none is its own, ''), into a FIFO queue its group's, claimable now: a
+    -- turn each.
     INSERT INTO leaseq.turns (queue_id, tenant, at)
-    SELECT DISTINCT moved.queue_id, moved.tenant, written.at
+    SELECT DISTINCT moved.queue_id, moved.turn, written.at
     FROM moved, written
-    WHERE moved.fair
+    WHERE moved.turned
 ),
 counted AS (
     UPDATE leaseq.redrive_tasks AS t
@@ -1640,34 +1650,44 @@ VACUUM (ANALYZE) leaseq.messages;
 
 -- FIFO queues -------------------------------------------------------------
 --
--- A FIFO queue's messages belong to message groups. A group has a row in
--- message_groups, which a claim locks (FOR NO KEY UPDATE SKIP LOCKED): two
--- receivers never take one group. Its `visible_at` is a lower bound of when
--- the group can next be claimed -- never later, so that no group stalls; a
--- claim that finds it early corrects it. Every write that can make a group
--- claimable sooner (an acknowledgement, a release, a shorter lease) or give
--- it a message (a send, a dead-lettering, a redrive) lowers it and moves the
--- row's `version` on, in the same statement: a claim trusts what its
--- snapshot shows of a group (empty, in flight until t, next message due at
--- t) only while the version it locked is the one its snapshot read. Group
--- rows are taken in group order by every statement that waits for them, so
--- two such statements never wait for each other. docs/decisions.md has the
--- design and the alternatives.
+-- A FIFO queue's messages belong to message groups, and a group's messages go
+-- out in the order of their sequence numbers. Three things keep that order
+-- without a row that every statement rewrites (docs/decisions.md, "History
+-- costs nothing, step four"):
+--   - Sends into a group take the group's advisory lock before they number
+--     their messages, and hold it until they commit (pg_advisory_xact_lock,
+--     keyed by a 64-bit hash of the group's id seeded with its queue's id:
+--     two groups that share a key only wait for each other): a group's messages commit in the order of their numbers, and
+--     every message that enters a group (a send, a move to a dead-letter queue,
+--     a redrive) takes a number above all the group holds.
+--   - A group's turns (leaseq.turns, the group's id as the tenant) say when
+--     it may next have a message claimable, as a fair queue's tenants' do:
+--     every write that sets a message's deadline inserts one at it; a claim
+--     reads the turns due from its floor (app/queue/floors.py), deletes those
+--     it can lock and inserts the group's next.
+--   - A group's head as a claim last saw it (leaseq.group_heads, inserted,
+--     never updated): since numbers only grow within a group, no message of
+--     it lies below a head once seen, and a claim reads the group from there,
+--     never the versions of what was settled below.
+-- Two claims may read one group; the messages they want are locked with SKIP
+-- LOCKED and rechecked, and a group is taken only whole by one of them.
 
 -- name: send_fifo_messages
 -- returns: FifoSentRow
 -- plan: cached (INSERTs from arrays)
--- Sends to a FIFO queue, in input order. Each group's row is created or
--- locked (and its version moved on) before its messages are numbered, so the
--- sends to one group take their sequence numbers in the order they commit.
--- A deduplication id accepted in the last five minutes is answered with the
--- message and sequence number it named, and nothing is stored (the first
--- send's five minutes are not extended). The caller gives each (scope,
--- deduplication id) once per statement. Receivers are woken once per group
--- that got a message. A FIFO message has no delay of its own: the queue's,
--- counted from its sent_at by the claim (so a change of the queue's delay
--- applies to the messages already waiting, as SQS has it for FIFO queues).
-WITH input AS MATERIALIZED (
+-- Sends to a FIFO queue, in input order. Each group's lock is taken, in group
+-- order, before its messages are numbered (above). A deduplication id
+-- accepted in the last five minutes is answered with the message and
+-- sequence number it named, and nothing is stored (the first send's five
+-- minutes are not extended). The caller gives each (scope, deduplication id)
+-- once per statement. Each group that got a message gets a turn at the
+-- queue's delay from the write, and receivers are woken once per such group.
+-- A FIFO message has no delay of its own: the queue's, counted from its
+-- sent_at by the claim (so a change of the queue's delay applies to the
+-- messages already waiting, as SQS has it for FIFO queues).
+WITH
+{{written}},
+input AS MATERIALIZED (
     SELECT m.*, gen_random_uuid() AS message_id
     FROM unnest(CAST(:bodies AS text[]), CAST(:attributes AS text[]),
                 CAST(:attribute_types AS text[]), CAST(:sender_ids AS text[]),
@@ -1676,16 +1696,12 @@ WITH input AS MATERIALIZED (
          WITH ORDINALITY AS m(body, attributes, attribute_types, sender_id, group_id, scope,
                               deduplication_id, trace_header, ord)
 ),
-grouped AS (
-    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
-    SELECT :queue_id, d.group_id,
-           statement_timestamp() + CAST(:delay AS integer) * interval '1 second'
-    FROM (SELECT DISTINCT group_id FROM input) AS d
+grouped AS MATERIALIZED (
+    SELECT d.group_id,
+           pg_advisory_xact_lock(hashtextextended(d.group_id, CAST(:queue_id AS bigint)))
+               AS locked
+    FROM (SELECT DISTINCT group_id FROM input ORDER BY group_id) AS d
     ORDER BY d.group_id
-    ON CONFLICT (queue_id, group_id) DO UPDATE
-    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
-        version    = g.version + 1
-    RETURNING g.group_id
 ),
 numbered AS MATERIALIZED (
     SELECT i.*, nextval('leaseq.message_sequence') AS sequence_number
@@ -1719,6 +1735,11 @@ sent AS (
     JOIN accepted AS a ON a.message_id = n.message_id
     ORDER BY n.ord
     RETURNING group_id
+),
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, s.group_id, written.at + CAST(:delay AS integer) * interval '1 second'
+    FROM (SELECT DISTINCT group_id FROM sent) AS s, written
 )
 SELECT a.message_id, a.sequence_number, a.message_id = n.message_id AS stored,
        a.expires_at - interval '5 minutes' AS sent_at,
@@ -1733,13 +1754,15 @@ ORDER BY n.ord;
 
 -- name: claim_fifo_messages
 -- returns: FifoClaimRow
--- The FIFO claim: one statement, which reads group rows and the first few
--- messages of each (messages_group_order), never the backlog.
---   1. Up to :lock_groups groups that may be claimable, oldest first, locked.
---   2. The first 10 messages of each (a receive takes at most 10, and a claim
---      takes a group's first messages, so whatever of a group is in flight
---      is among them): the messages visible from the head on are open
---      (visible: its deadline passed, and the queue's :delay since it was
+-- The FIFO claim: one statement, which reads the groups' turns due and the
+-- first few messages of each group from its head, never the backlog nor what
+-- was settled.
+--   1. The turns due from the claims' floor, oldest first: up to :lock_groups
+--      groups that may be claimable, each with its last head seen.
+--   2. The first 10 messages of each from that head (a receive takes at most
+--      10, and a claim takes a group's first messages, so whatever of a group
+--      is in flight is among them): the messages visible from the head on are
+--      open (visible: its deadline passed, and the queue's :delay since it was
 --      sent), up to the first that is not -- as SQS has it, a message made
 --      visible again goes out while a later one of its group is still in
 --      flight, which that one keeps the rest of the group behind.
@@ -1749,39 +1772,50 @@ ORDER BY n.ord;
 --      -- a receive takes as many messages of one group as it can, then of
 --      the next (as SQS does); a group is never split between two receivers.
 --   4. Those messages (and the lapsed leases of their groups that they leave
---      behind) are locked, SKIP LOCKED: a group any of whose rows changed
---      since the snapshot (a late heartbeat, an acknowledgement) is left
---      for a later claim. Under a redrive policy, exhausted messages move to
---      the (FIFO) dead-letter queue, into their group there, and the rest of
---      their group goes on. The lapsed leases left behind are revoked: a
---      group claimed again belongs to its new receiver alone.
---   5. Each group looked at gets its hint: in flight until the lease ends
---      (claimed here), its head's deadline (its lease's end when in flight),
---      or now when its row changed since the snapshot; a group found empty
---      and unchanged is deleted.
+--      behind) are locked, SKIP LOCKED, and rechecked: a group any of whose
+--      wanted rows another claim holds or changed since the snapshot (a late
+--      heartbeat, an acknowledgement) is left for a later claim. Under a
+--      redrive policy, exhausted messages move to the (FIFO) dead-letter
+--      queue, at the end of their group there (its lock, then a new sequence
+--      number), and the rest of their group goes on. The lapsed leases left
+--      behind are revoked: a group claimed again belongs to its new receiver
+--      alone.
+--   5. The turns read are deleted (each one it can lock), and each group whose
+--      turn it deleted gets its next: at the lease's end when claimed, else at
+--      its head's deadline, no earlier than the turn deleted (an open group
+--      not taken keeps its place; a head in flight has its lease's turn; an
+--      empty group gets none). The head each group showed is kept when it
+--      moved on (group_heads).
 -- Always one row at least: `dead` counts the moved messages; `id` is NULL
 -- when nothing was claimed; `receiver` numbers each row's receiver from 1.
+-- Every row carries the floor of the queue's turns it saw, as a fair claim's.
 WITH
 {{written}},
-looked_at AS (
-    SELECT g.group_id, g.visible_at AS hint, g.version
-    FROM leaseq.message_groups AS g
-    WHERE g.queue_id = :queue_id AND g.visible_at <= statement_timestamp()
-    ORDER BY g.visible_at
-    LIMIT :lock_groups
-    FOR NO KEY UPDATE SKIP LOCKED
+walked AS MATERIALIZED (
+    SELECT u.ctid AS turn, u.tenant AS group_id, u.at
+    FROM leaseq.turns AS u
+    WHERE u.queue_id = :queue_id
+      AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+      AND u.at <= statement_timestamp()
+    ORDER BY u.at
+    LIMIT 2 * CAST(:lock_groups AS integer)
 ),
--- Each locked group's row as the snapshot has it, looked up by key group by
--- group (joined, a claim of many groups could be planned as a scan of the
--- queue's every group), once per group.
-seen AS MATERIALIZED (
-    SELECT l.group_id, l.hint,
-           l.version = (SELECT s.version FROM leaseq.message_groups AS s
-                        WHERE s.queue_id = :queue_id AND s.group_id = l.group_id) AS unchanged
-    FROM looked_at AS l
+looked_at AS MATERIALIZED (
+    -- Each group's last head seen, by group_heads_newest from the top: the
+    -- heads below it are superseded, and whatever a held horizon keeps of
+    -- them lies below.
+    SELECT w.group_id, min(w.at) AS hint,
+           (SELECT h.since FROM leaseq.group_heads AS h
+            WHERE h.queue_id = :queue_id AND h.group_id = w.group_id
+            ORDER BY h.since DESC
+            LIMIT 1) AS since
+    FROM walked AS w
+    GROUP BY w.group_id
+    ORDER BY min(w.at), w.group_id
+    LIMIT :lock_groups
 ),
 window_rows AS (
-    SELECT l.group_id, l.hint, l.unchanged,
+    SELECT l.group_id, l.hint, l.since,
            w.id, w.sequence_number, w.receive_count, w.leased,
            greatest(w.visible_at,
                     w.sent_at + CAST(:delay AS integer) * interval '1 second') AS visible_at,
@@ -1789,23 +1823,26 @@ window_rows AS (
            bool_and(w.visible_at <= statement_timestamp() AND w.sent_at <= statement_timestamp()
                     - CAST(:delay AS integer) * interval '1 second')
                OVER (PARTITION BY l.group_id ORDER BY w.sequence_number) AS ready
-    FROM seen AS l
+    FROM looked_at AS l
     LEFT JOIN LATERAL (
         SELECT m.id, m.sequence_number, m.receive_count, m.visible_at, m.leased, m.sent_at
         FROM leaseq.messages_g0 AS m
         WHERE m.queue_id = :queue_id AND m.group_id = l.group_id
+          AND m.sequence_number >= coalesce(l.since, 0)
           AND m.sent_at > statement_timestamp()
                           - CAST(:retention AS integer) * interval '1 second'
         ORDER BY m.sequence_number
         LIMIT 10
     ) AS w ON true
 ),
-summary AS (
-    SELECT group_id, hint, unchanged,
+summary AS MATERIALIZED (
+    SELECT group_id, hint, since,
            count(id) AS messages,
-           (array_agg(visible_at ORDER BY sequence_number))[1] AS head_at
+           min(sequence_number) AS head,
+           (array_agg(visible_at ORDER BY sequence_number))[1] AS head_at,
+           (array_agg(in_flight ORDER BY sequence_number))[1] AS head_in_flight
     FROM window_rows
-    GROUP BY group_id, hint, unchanged
+    GROUP BY group_id, hint, since
 ),
 open AS (
     SELECT r.id, r.group_id, r.receive_count, r.sequence_number, r.leased AS lapsed,
@@ -1846,29 +1883,45 @@ locked AS (
       AND m.visible_at <= statement_timestamp()
     FOR UPDATE SKIP LOCKED
 ),
-granted AS (
+granted AS MATERIALIZED (
     SELECT i.group_id
     FROM (SELECT id, group_id FROM wanted UNION ALL SELECT id, group_id FROM stale) AS i
     LEFT JOIN locked AS l USING (id)
     GROUP BY i.group_id
     HAVING bool_and(l.id IS NOT NULL)
 ),
+exhausted AS MATERIALIZED (
+    SELECT w.id, w.group_id, w.sequence_number
+    FROM wanted AS w
+    WHERE w.group_id IN (SELECT group_id FROM granted)
+      AND w.receive_count >= CAST(:max_receive_count AS integer)
+),
+dead_groups AS MATERIALIZED (
+    -- Into the dead-letter queue's groups, each locked as a send locks it.
+    SELECT d.group_id,
+           pg_advisory_xact_lock(hashtextextended(d.group_id,
+                                                  CAST(:dead_letter_queue_id AS bigint)))
+               AS locked
+    FROM (SELECT DISTINCT group_id FROM exhausted ORDER BY group_id) AS d
+    ORDER BY d.group_id
+),
+renumbered AS MATERIALIZED (
+    SELECT e.id, nextval('leaseq.message_sequence') AS sequence_number
+    FROM (SELECT x.* FROM exhausted AS x JOIN dead_groups USING (group_id)
+          ORDER BY x.group_id, x.sequence_number) AS e
+),
 dead AS (
     UPDATE leaseq.messages_g0 AS m
-    {{dead_letter}}
-    FROM wanted AS w, written
-    WHERE m.id = w.id AND w.group_id IN (SELECT group_id FROM granted)
-      AND w.receive_count >= CAST(:max_receive_count AS integer)
+    {{dead_letter}},
+        sequence_number   = r.sequence_number
+    FROM renumbered AS r, written
+    WHERE m.id = r.id
     RETURNING m.id, m.group_id
 ),
-dead_groups AS (
-    INSERT INTO leaseq.message_groups AS g (queue_id, group_id, visible_at)
-    SELECT CAST(:dead_letter_queue_id AS bigint), d.group_id, statement_timestamp()
-    FROM (SELECT DISTINCT group_id FROM dead) AS d
-    ORDER BY d.group_id
-    ON CONFLICT (queue_id, group_id) DO UPDATE
-    SET visible_at = least(g.visible_at, EXCLUDED.visible_at),
-        version    = g.version + 1
+dead_turns AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT CAST(:dead_letter_queue_id AS bigint), d.group_id, written.at
+    FROM (SELECT DISTINCT group_id FROM dead) AS d, written
 ),
 claimed AS (
     UPDATE leaseq.messages_g0 AS m
@@ -1888,57 +1941,82 @@ revoked AS (
     FROM stale AS s
     WHERE m.id = s.id AND s.group_id IN (SELECT group_id FROM granted)
 ),
-hints AS (
+gone AS (
+    DELETE FROM leaseq.turns AS u
+    WHERE u.ctid = ANY (ARRAY(
+        SELECT l.ctid
+        FROM leaseq.turns AS l
+        WHERE l.ctid = ANY (ARRAY(SELECT w.turn FROM walked AS w
+                                  WHERE w.group_id IN (SELECT group_id FROM looked_at)))
+        FOR UPDATE SKIP LOCKED))
+    RETURNING u.tenant AS group_id, u.at
+),
+nexts AS (
+    -- When each group looked at may next have a message claimable, as this
+    -- statement leaves it (a claimed one's lease end is inserted below).
     SELECT s.group_id,
-           CASE WHEN s.group_id IN (SELECT group_id FROM claimed)
-                    THEN statement_timestamp()
-                         + CAST(:visibility_timeout AS integer) * interval '1 second'
-                WHEN s.group_id IN (SELECT group_id FROM granted) OR NOT s.unchanged
-                    THEN statement_timestamp()
-                ELSE s.head_at
-           END AS visible_at
+           CASE WHEN s.group_id IN (SELECT group_id FROM claimed) THEN NULL
+                -- Open and not taken: it keeps its place (its first turn).
+                WHEN s.group_id IN (SELECT group_id FROM open) THEN s.hint
+                -- Its head waits for the queue's delay (the send's turn came
+                -- at the old delay's end): then. A head in flight has its
+                -- lease's turn (its claim's or its last heartbeat's).
+                WHEN s.messages > 0 AND NOT s.head_in_flight THEN s.head_at
+           END AS at
     FROM summary AS s
-    WHERE s.group_id IN (SELECT group_id FROM granted)
-       OR (s.messages > 0 AND s.group_id NOT IN (SELECT group_id FROM open))
-       OR (s.messages = 0 AND NOT s.unchanged)
 ),
--- Rows by key (= ANY of an array): a plan that cannot become a scan of the
--- queue's every group, whatever the planner guesses of the CTEs' sizes.
-hinted AS (
-    UPDATE leaseq.message_groups AS g
-    SET visible_at = (SELECT h.visible_at FROM hints AS h WHERE h.group_id = g.group_id)
-    WHERE g.queue_id = :queue_id AND g.group_id = ANY (ARRAY(SELECT group_id FROM hints))
+turned AS (
+    -- No earlier than the first turn it deleted of the group (floors.py, as
+    -- claim_fair_messages).
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, n.group_id, greatest(n.at, g.at)
+    FROM nexts AS n
+    JOIN (SELECT g.group_id, min(g.at) AS at FROM gone AS g GROUP BY g.group_id) AS g
+      ON g.group_id = n.group_id
+    WHERE n.at IS NOT NULL
+    UNION ALL
+    SELECT DISTINCT :queue_id, c.group_id,
+           written.at + CAST(:visibility_timeout AS integer) * interval '1 second'
+    FROM claimed AS c, written
 ),
-emptied AS (
-    DELETE FROM leaseq.message_groups AS g
-    WHERE g.queue_id = :queue_id
-      AND g.group_id = ANY (ARRAY(SELECT group_id FROM summary
-                                  WHERE messages = 0 AND unchanged))
-)
-SELECT (SELECT count(*) FROM dead) AS dead, claimed.*
-FROM (SELECT 1) AS always_one_row
+learned AS (
+    INSERT INTO leaseq.group_heads (queue_id, group_id, since)
+    SELECT :queue_id, s.group_id, s.head
+    FROM summary AS s
+    WHERE s.head > coalesce(s.since, -1)
+),
+{{turn_floors}}
+SELECT (SELECT count(*) FROM dead) AS dead, claimed.*,
+       floors.ready_floor, floors.ready_floor AS lease_floor,
+       floors.ready_from, floors.ready_from AS lease_from,
+       floors.snapshot_xmin, floors.looked_at,
+       {{claim_xid}}
+FROM floors
 LEFT JOIN claimed ON true;
 
 -- name: fifo_outlook
 -- returns: OutlookRow
--- queue_outlook for a FIFO queue, by its groups' hints: whether a group may
--- be claimable now, and the seconds until the next one may be.
-SELECT (SELECT extract(epoch FROM min(visible_at) - statement_timestamp())
-        FROM leaseq.message_groups
-        WHERE queue_id = :queue_id AND visible_at > statement_timestamp()
+-- queue_outlook for a FIFO queue, by its groups' turns: whether one is due
+-- now (from the claims' floor), and the seconds until the next one is.
+SELECT (SELECT extract(epoch FROM min(at) - statement_timestamp())
+        FROM leaseq.turns
+        WHERE queue_id = :queue_id AND at > statement_timestamp()
        ) AS due_in,
        EXISTS (SELECT 1
-               FROM leaseq.message_groups
-               WHERE queue_id = :queue_id AND visible_at <= statement_timestamp()
+               FROM leaseq.turns
+               WHERE queue_id = :queue_id
+                 AND at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+                 AND at <= statement_timestamp()
        ) AS more_now;
 
 -- name: delete_fifo_messages
 -- returns: FifoDeletedRow
 -- plan: cached (rows by primary key)
 -- delete_messages for a FIFO queue: the groups of the deleted messages may
--- be claimable now (their hint lowered, their version moved on), and their
--- waiting receivers are woken.
-WITH deleted AS (
+-- be claimable now (a turn each), and their waiting receivers are woken.
+WITH
+{{written}},
+deleted AS (
     DELETE FROM leaseq.messages_g0 AS m
     USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
@@ -1946,57 +2024,41 @@ WITH deleted AS (
               CAST(extract(epoch FROM statement_timestamp() - m.claimed_at)
                    AS double precision) AS held
 ),
-touched AS (
-    SELECT g.group_id
-    FROM leaseq.message_groups AS g
-    WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM deleted)
-    ORDER BY g.group_id
-    FOR NO KEY UPDATE
-),
-bumped AS (
-    UPDATE leaseq.message_groups AS g
-    SET visible_at = least(g.visible_at, statement_timestamp()),
-        version    = g.version + 1
-    FROM touched AS t
-    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
-    RETURNING g.group_id
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, d.group_id, written.at
+    FROM (SELECT DISTINCT group_id FROM deleted) AS d, written
+    RETURNING 1
 )
 SELECT d.id, d.held,
        pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
-                                         (SELECT count(*) FROM bumped), NULL)) AS notified
+                                         (SELECT count(*) FROM turned), NULL)) AS notified
 FROM deleted AS d;
 
 -- name: change_fifo_visibility
 -- returns: ChangedRow
 -- plan: cached (rows by primary key)
--- change_visibility for a FIFO queue: a change that makes a message visible
--- sooner (a release, a shorter lease) may make its group claimable sooner.
-WITH changed AS (
+-- change_visibility for a FIFO queue: each group changed gets a turn at its
+-- messages' new deadline (a release, a shorter lease: sooner; a heartbeat:
+-- the lease's new end, which a claim that reads the old end's turn meets).
+WITH
+{{written}},
+changed AS (
     UPDATE leaseq.messages_g0 AS m
-    SET visible_at = statement_timestamp() + h.visibility_timeout * interval '1 second',
+    SET visible_at = written.at + h.visibility_timeout * interval '1 second',
         leased     = h.visibility_timeout > 0
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
                 CAST(:visibility_timeouts AS integer[])) AS h(id, token, visibility_timeout),
-         leaseq.messages_g0 AS before
+         leaseq.messages_g0 AS before, written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
       AND before.id = m.id
     RETURNING m.id, m.group_id, m.visible_at AS lease_expires_at, h.visibility_timeout,
               m.visible_at < before.visible_at AS sooner
 ),
-touched AS (
-    SELECT g.group_id
-    FROM leaseq.message_groups AS g
-    WHERE g.queue_id = :queue_id
-      AND g.group_id IN (SELECT group_id FROM changed WHERE sooner)
-    ORDER BY g.group_id
-    FOR NO KEY UPDATE
-),
-bumped AS (
-    UPDATE leaseq.message_groups AS g
-    SET visible_at = least(g.visible_at, statement_timestamp()),
-        version    = g.version + 1
-    FROM touched AS t
-    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT :queue_id, c.group_id, c.lease_expires_at
+    FROM changed AS c
 )
 SELECT id, lease_expires_at, visibility_timeout, sooner FROM changed;
 
@@ -2011,72 +2073,64 @@ JOIN leaseq.messages_g0 AS m ON m.id = h.id AND m.queue_id = :queue_id
 WHERE m.claim_token IS DISTINCT FROM h.token OR NOT m.leased
    OR m.visible_at <= statement_timestamp();
 
--- name: touch_groups
--- The groups of some messages of a FIFO queue (all its groups when :ids is
--- NULL), after another statement made those messages visible sooner (a
--- release, a purge): claimable perhaps now, and changed for any claim that
--- looked before. Run after that statement, so no claim sets a later hint
--- from what it saw before.
-UPDATE leaseq.message_groups AS g
-SET visible_at = least(g.visible_at, statement_timestamp()),
-    version    = g.version + 1
-FROM (SELECT group_id
-      FROM leaseq.message_groups
-      WHERE queue_id = :queue_id
-        AND (CAST(:ids AS bigint[]) IS NULL
-             OR group_id IN (SELECT group_id FROM leaseq.messages_g0
-                             WHERE id = ANY (CAST(:ids AS bigint[])) AND queue_id = :queue_id))
-      ORDER BY group_id
-      FOR NO KEY UPDATE) AS t
-WHERE g.queue_id = :queue_id AND g.group_id = t.group_id;
+-- name: turn_groups_now
+-- A FIFO queue whose delay was shortened: its messages count the delay from
+-- their sending, so a group waiting for a turn to come may be claimable now.
+-- Each group with a turn to come gets one now.
+WITH
+{{written}}
+INSERT INTO leaseq.turns (queue_id, tenant, at)
+SELECT DISTINCT CAST(:queue_id AS bigint), u.tenant, written.at
+FROM leaseq.turns AS u, written
+WHERE u.queue_id = :queue_id AND u.at > statement_timestamp();
 
 -- name: give_back_fifo_claims
 -- returns: GivenBackRow
 -- plan: cached (rows by primary key)
 -- give_back_claims for a FIFO queue: the groups of the messages given back
--- are claimable again at once.
-WITH given AS (
+-- are claimable again at once (a turn each, from the moment of the write).
+WITH
+{{written}},
+given AS (
     UPDATE leaseq.messages_g0 AS m
-    SET visible_at        = statement_timestamp(),
+    SET visible_at        = written.at,
         leased            = false,
         receive_count     = m.receive_count - 1,
         first_received_at = CASE WHEN m.receive_count = 1 THEN NULL
                                  ELSE m.first_received_at END
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token), written
     WHERE m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id
     RETURNING m.id, m.group_id
 ),
-touched AS (
-    SELECT g.group_id
-    FROM leaseq.message_groups AS g
-    WHERE g.queue_id = :queue_id AND g.group_id IN (SELECT group_id FROM given)
-    ORDER BY g.group_id
-    FOR NO KEY UPDATE
-),
-bumped AS (
-    UPDATE leaseq.message_groups AS g
-    SET visible_at = least(g.visible_at, statement_timestamp()),
-        version    = g.version + 1
-    FROM touched AS t
-    WHERE g.queue_id = :queue_id AND g.group_id = t.group_id
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT :queue_id, g.group_id, written.at
+    FROM (SELECT DISTINCT group_id FROM given) AS g, written
     RETURNING 1
 )
 SELECT count(*) AS given,
        pg_notify('leaseq', leaseq.notice(CAST(:queue_id AS bigint),
-                                         (SELECT count(*) FROM bumped), NULL)) AS notified
+                                         (SELECT count(*) FROM turned), NULL)) AS notified
 FROM given
 HAVING count(*) > 0;
 
 -- name: forget_deduplication
 -- A purged FIFO queue's deduplication ids (SQS accepts a purged message's id
--- again at once). Run after touch_groups, so that it takes the group rows'
--- locks before these rows' as a send does.
+-- again at once).
 DELETE FROM leaseq.message_deduplication WHERE queue_id = :queue_id;
+
+-- name: forget_heads
+-- A FIFO queue whose retention grew: a claim that learnt a group's head
+-- passed the messages past the retention then, which may be within it now.
+-- Its claims read each group from its start again, once.
+DELETE FROM leaseq.group_heads WHERE queue_id = :queue_id;
 
 -- name: sweep_deduplication
 -- returns: SweptRow
 -- Forgets up to :limit deduplication ids and receive attempts past their
--- five minutes.
+-- five minutes, and FIFO groups' heads no claim reads: superseded by a later
+-- one, or of a group with no turn (nothing claimable nor in flight) learnt
+-- more than ten minutes ago.
 WITH forgotten AS (
     DELETE FROM leaseq.message_deduplication
     WHERE (queue_id, scope, deduplication_id) IN (
@@ -2096,26 +2150,53 @@ attempts AS (
         LIMIT :limit
         FOR UPDATE SKIP LOCKED)
     RETURNING 1
+),
+heads AS (
+    DELETE FROM leaseq.group_heads AS h
+    WHERE h.ctid = ANY (ARRAY(
+        SELECT o.ctid
+        FROM leaseq.group_heads AS o
+        WHERE EXISTS (SELECT 1 FROM leaseq.group_heads AS n
+                      WHERE n.queue_id = o.queue_id AND n.group_id = o.group_id
+                        AND n.since > o.since)
+           OR (o.learned_at <= statement_timestamp() - interval '10 minutes'
+               AND NOT EXISTS (SELECT 1 FROM leaseq.turns AS u
+                               WHERE u.queue_id = o.queue_id AND u.tenant = o.group_id))
+        LIMIT :limit))
+    RETURNING 1
 )
-SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts)) AS swept;
+SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts),
+                (SELECT count(*) FROM heads)) AS swept;
 
 -- name: replay_receive_attempt
 -- returns: ReplayedRow
 -- plan: cached (rows by primary key)
 -- A FIFO receive retried with the ReceiveRequestAttemptId of one in the last
 -- five minutes: the messages that receive claimed which its claims still
--- hold, with the same receipt handles, their leases set from now again.
-UPDATE leaseq.messages_g0 AS m
-SET visible_at = statement_timestamp() + a.visibility_timeout * interval '1 second',
-    leased     = true
-FROM leaseq.receive_attempts AS a,
-     unnest(a.message_rows, a.claim_tokens) AS h(id, token)
-WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
-  AND a.expires_at > statement_timestamp()
-  AND m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id AND m.leased
-RETURNING
-    {{received_columns}},
-    m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout;
+-- hold, with the same receipt handles, their leases set from now again, and
+-- their groups a turn at the leases' new end (a claim reads no deadline to
+-- come: a head in flight is met by its lease's own turn).
+WITH
+{{written}},
+replayed AS (
+    UPDATE leaseq.messages_g0 AS m
+    SET visible_at = written.at + a.visibility_timeout * interval '1 second',
+        leased     = true
+    FROM leaseq.receive_attempts AS a,
+         unnest(a.message_rows, a.claim_tokens) AS h(id, token), written
+    WHERE a.queue_id = :queue_id AND a.attempt_id = :attempt_id
+      AND a.expires_at > statement_timestamp()
+      AND m.id = h.id AND m.claim_token = h.token AND m.queue_id = :queue_id AND m.leased
+    RETURNING
+        {{received_columns}},
+        m.group_id, m.sequence_number, m.deduplication_id, a.visibility_timeout
+),
+turned AS (
+    INSERT INTO leaseq.turns (queue_id, tenant, at)
+    SELECT DISTINCT CAST(:queue_id AS bigint), r.group_id, r.lease_expires_at
+    FROM replayed AS r
+)
+SELECT * FROM replayed;
 
 -- name: record_receive_attempt
 -- plan: cached (a row by primary key)
@@ -2323,16 +2404,17 @@ moved AS (
                           ELSE m.visible_at END
     FROM moving, written
     WHERE m.id = moving.id AND m.generation = :draining
-    RETURNING m.id, m.queue_id, m.tenant, NOT m.leased AND m.visible_at <= written.at AS ready
+    RETURNING m.id, m.queue_id, coalesce(m.tenant, m.group_id) AS turn,
+              NOT m.leased AND m.visible_at <= written.at AS ready
 ),
 turned AS (
-    -- A fair queue's message waiting, visible from the moment of the move: its
-    -- tenant a turn there (a claim that sees the move, and not the message
-    -- as claimable yet, may delete the turn it had).
+    -- A fair or FIFO queue's message waiting, visible from the moment of the
+    -- move: its tenant or group a turn there (a claim that sees the move, and
+    -- not the message as claimable yet, may delete the turn it had).
     INSERT INTO leaseq.turns (queue_id, tenant, at)
-    SELECT m.queue_id, m.tenant, written.at
-    FROM (SELECT DISTINCT queue_id, tenant FROM moved WHERE ready AND tenant IS NOT NULL) AS m
-    JOIN leaseq.queues AS q ON q.id = m.queue_id AND q.fair, written
+    SELECT m.queue_id, m.turn, written.at
+    FROM (SELECT DISTINCT queue_id, turn FROM moved WHERE ready AND turn IS NOT NULL) AS m
+    JOIN leaseq.queues AS q ON q.id = m.queue_id AND (q.fair OR q.fifo), written
 ),
 told AS (
     SELECT pg_notify('leaseq', leaseq.notice(m.queue_id, count(*), NULL))

@@ -339,9 +339,10 @@ class FairClaimRow(ClaimRow, FloorColumns):
     acked_tenants: list[str | None]
 
 
-class FifoClaimRow(ClaimColumns):
+class FifoClaimRow(ClaimColumns, FloorColumns):
     """claim_fifo_messages: like ClaimRow, one row at least, each message with
-    its group, its place in it and the receiver of the group statement it is for."""
+    its group, its place in it and the receiver of the group statement it is
+    for; the floor of the queue's turns on each row, as FairClaimRow's."""
 
     dead: int
     group_id: str | None

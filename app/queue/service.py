@@ -418,10 +418,6 @@ class QueueService:
             if row is None:
                 self.events.lease_lost(queue.name, 1)
                 raise LeaseLost()
-            for statement in queue.kind.free_groups:
-                await session.execute(
-                    statement, {"queue_id": queue.id, "ids": [receipt.message_row]}
-                )
             waited = max(float(row["delay"]), 0.0)
             notice = Ready(queue.id, 1) if waited <= 0 else Ready(queue.id, 0, waited)
             await session.fetch(*grouped.notify(notice))

@@ -11,12 +11,21 @@ it claimable now the writer's way, and receives it at once."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import asyncpg
 import httpx
-from support import eventually, make_queue, positional, queue_id_of, receive, send
+from support import (
+    cycle,
+    eventually,
+    make_queue,
+    positional,
+    queue_id_of,
+    receive,
+    redriven,
+    send,
+    statement_buffers,
+)
 
 from app.db.engine import plain_url
 from app.queue import grouped
@@ -61,17 +70,6 @@ def _lease_of(client: httpx.AsyncClient, queue: str, message: dict[str, Any]) ->
 # -- a receive's cost -------------------------------------------------------------
 
 
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [node]
-    for child in node.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
-
-
-def _blocks(node: dict[str, Any]) -> int:
-    return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
-
-
 async def _claim_buffers(db: asyncpg.Connection, queue_id: int,
                          floor: Any = None) -> int:
     """Buffers one fair claim of ten reads or writes (_statement_buffers), the
@@ -82,25 +80,7 @@ async def _claim_buffers(db: asyncpg.Connection, queue_id: int,
         "ack_ids": [], "ack_tokens": [], "ready_floor": floor,
         "noisy_tenants": [], "noisy_in_flight": [],
     })
-    return min([await _statement_buffers(db, sql, args) for _ in range(3)])
-
-
-async def _statement_buffers(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:
-    """Buffers a statement reads or writes, by EXPLAIN (ANALYZE, BUFFERS), rolled
-    back: the plan's root, and each data-modifying CTE that nothing reads
-    (PostgreSQL runs those after the root, outside its count)."""
-    tx = db.transaction()
-    await tx.start()
-    try:
-        plan = json.loads(await db.fetchval(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
-    finally:
-        await tx.rollback()
-    read = {n.get("CTE Name") for n in _nodes(plan) if n["Node Type"] == "CTE Scan"}
-    return _blocks(plan) + sum(
-        _blocks(n) for n in plan.get("Plans", [])
-        if n["Node Type"] == "ModifyTable"
-        and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
+    return min([await statement_buffers(db, sql, args) for _ in range(3)])
 
 
 async def test_a_fair_claim_costs_about_the_same_at_20000_tenants_as_at_10(
@@ -279,15 +259,7 @@ async def test_a_redriven_message_is_claimable_in_its_fair_queue_at_once(
         "early", "named"]
     await _held(client, db, source, "quiet")
     await _held(client, db, source, "")
-    started = await client.post(f"/v1/queues/{dlq}/redrive", json={})
-    assert started.status_code == 202, started.text
-    task_id = started.json()["task_id"]
-
-    async def done() -> bool:
-        task = (await client.get(f"/v1/redrive-tasks/{task_id}")).json()
-        return bool(task["status"] == "completed")
-
-    await eventually(done)
+    await redriven(client, dlq)
     got = await receive(client, source, max=10)
     assert sorted(_bodies(got)) == ["early", "named"]
     assert sorted(m.get("group") or "" for m in got) == ["", "quiet"]
@@ -448,15 +420,9 @@ async def test_a_claim_loses_no_send_its_snapshot_missed(
 async def _cycle(client: httpx.AsyncClient, queue: str, count: int, tenants: int) -> None:
     """`count` messages sent in batches of ten over `tenants` tenants, received
     ten at a time and acknowledged."""
-    for start in range(0, count, 10):
-        response = await client.post(f"/v1/queues/{queue}/messages", json={"messages": [
-            {"body": f"m{n}", "group": f"t{n % tenants}"} for n in range(start, start + 10)]})
-        assert response.status_code == 200, response.text
-        got = await receive(client, queue, max=10, visibility_timeout=60)
-        assert got
-        response = await client.post(f"/v1/queues/{queue}/messages/delete", json={
-            "receipt_handles": [m["receipt_handle"] for m in got]})
-        assert response.status_code == 200, response.text
+    await cycle(client, queue, ([{"body": f"m{n}", "group": f"t{n % tenants}"}
+                                 for n in range(start, start + 10)]
+                                for start in range(0, count, 10)))
 
 
 async def test_a_fair_claim_costs_the_same_while_a_transaction_holds_the_horizon(
@@ -505,7 +471,7 @@ async def _round_buffers(db: asyncpg.Connection, floors: dict[int, Any]) -> int:
     """Buffers one fairness round reads or writes, rolled back."""
     sql, args = positional("fairness_round", {
         "floor_queues": list(floors), "floors": list(floors.values())})
-    return await _statement_buffers(db, sql, args)
+    return await statement_buffers(db, sql, args)
 
 
 async def _cycle_free_send(client: httpx.AsyncClient, queue: str, count: int,

@@ -17,9 +17,9 @@ from app.db.migrate import MIGRATION_LOCK, alembic_config, upgrade
 
 SCHEMA = {
     "alembic_version", "queues", "messages", "redrive_tasks", "api_keys", "receipt_keys",
-    "message_groups", "message_deduplication", "receive_attempts", "grants", "watches",
+    "message_deduplication", "receive_attempts", "grants", "watches",
     "tenants", "dashboard_sessions", "messages_g0", "messages_g1", "generations", "rotation",
-    "turns",
+    "turns", "group_heads",
 }
 
 
@@ -156,7 +156,7 @@ async def test_a_deployment_from_before_the_schema_upgrades_in_place_with_its_da
     try:
         assert await _public_tables(conn) >= SCHEMA - {
             "grants", "watches", "tenants", "dashboard_sessions", "messages_g0", "messages_g1",
-            "generations", "rotation", "turns"}
+            "generations", "rotation", "turns", "group_heads"}
         # What a running deployment holds: a standard and a FIFO queue with
         # messages (one in flight), a group, a deduplication id, keys.
         await conn.execute(

@@ -23,11 +23,17 @@ def sqs(request: pytest.FixtureRequest, served: tuple[str, Any]) -> Any:
 
 
 async def later(db: asyncpg.Connection, queue: str, seconds: int) -> None:
-    """`seconds` pass for `queue`: every deadline and group hint it holds moves back."""
+    """`seconds` pass for `queue`: every deadline it holds moves back, and each
+    turn of its groups to come as much, or just after now, in their order: a
+    turn due already stays (none goes below a floor its claims hold)."""
     queue_id = await db.fetchval("SELECT id FROM leaseq.queues WHERE name = $1", queue)
-    for table in ("messages", "message_groups"):
-        await db.execute(f"UPDATE leaseq.{table} SET visible_at = visible_at "
-                         f"- make_interval(secs => $2) WHERE queue_id = $1", queue_id, seconds)
+    await db.execute("UPDATE leaseq.messages SET visible_at = visible_at "
+                     "- make_interval(secs => $2) WHERE queue_id = $1", queue_id, seconds)
+    await db.execute(
+        "UPDATE leaseq.turns SET at = CASE "
+        "WHEN at - make_interval(secs => $2) >= now() THEN at - make_interval(secs => $2) "
+        "ELSE now() + (at - now()) / 1000000 END "
+        "WHERE queue_id = $1 AND at > now()", queue_id, seconds)
 
 
 def expired(handle: str) -> tuple[str, str]:
