@@ -5,10 +5,14 @@ Starts an embedded PostgreSQL of its own with `pg_stat_statements` loaded,
 (producers and consumers apart, 1,000 messages standing), single messages and
 batches of 10, and the same load on the minimal table (bench/minimal.py); with
 `--kinds lockstep fifo`, the lockstep REST cycle of `python -m bench` on a standard
-queue and on a FIFO queue of 100 groups. For each it prints, per message
-deleted: every statement's calls, execution time, rows, WAL bytes and
-buffers; the rows inserted, updated (and how many of those were HOT), deleted
-and left dead in each table; and the PostgreSQL CPU and WAL in all.
+queue and on a FIFO queue of 100 groups; with `--held MINUTES`, the apart load on
+one queue (`--fifo GROUPS` or `--fair TENANTS` for a FIFO or fair queue) in windows,
+a clean one and then one after another while a REPEATABLE READ transaction holds
+the cleanup horizon (bench/_horizon.py), to see which statement's cost grows with
+the history a held horizon keeps. For each it prints, per message deleted:
+every statement's calls, execution time, rows, WAL bytes and buffers; the rows
+inserted, updated (and how many of those were HOT), deleted and left dead in each
+table; and the PostgreSQL CPU and WAL in all.
 docs/performance.md reads its output.
 """
 
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,7 @@ from bench._harness import (
     settle,
     wal_counter,
 )
+from bench._horizon import Holder
 
 _STATEMENTS = """
 SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
@@ -70,8 +77,15 @@ async def _rows(url: str, sql: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
+_CTE = re.compile(r"\b(\w+) AS (?:NOT )?(?:MATERIALIZED )?\(", re.IGNORECASE)
+
+
 def _one_line(query: str, width: int = 90) -> str:
+    """The statement on one line; one made of CTEs told by their names (most of
+    leaseq's begin alike, `WITH written AS MATERIALIZED`)."""
     text = " ".join(query.split())
+    if text.upper().startswith("WITH "):
+        text = "WITH " + ", ".join(dict.fromkeys(_CTE.findall(text)))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -139,6 +153,47 @@ def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, bat
                    roles_before, roles_after)
 
 
+def measure_held(url: str, server: EmbeddedPostgres, port: int, batch: int, window: float,
+                 minutes: float, backlog: int, spread: apart.Spread | None) -> None:
+    """The apart load on one queue, window after window: the first clean, the
+    rest while a Holder holds the horizon; each window's statements printed."""
+    fifo = spread is not None and spread.fifo
+    name = f"held-{batch}" + (".fifo" if fifo else "")
+    call(port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
+    queue_id = find_queue_id(url, name)
+    standing = apart.prefill_rest(port, name, backlog, spread)
+    settle(url, "leaseq.messages")
+    holder: Holder | None = None
+    began = 0.0
+    try:
+        while holder is None or time.monotonic() - began < minutes * 60:
+            standing |= apart.prefill_rest(port, name, backlog - len(standing), spread) \
+                if len(standing) < backlog else set()
+            asyncio.run(execute(url, "SELECT pg_stat_statements_reset()"))
+            tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
+            roles_before = _cpu_by_role(server, url)
+            row = apart.run("rest", port, name, producers=8, consumers=8, batch=batch,
+                            backlog=backlog, seconds=window, processes=2, prefilled=standing,
+                            remaining=lambda: fetch_ids(url, _REMAINING, queue_id),
+                            database_cpu=lambda: _postgres_cpu(server),
+                            wal_bytes=wal_counter(url), spread=spread)
+            standing = fetch_ids(url, _REMAINING, queue_id)
+            result = _result("rest", batch, window, row, asyncio.run(_rows(url, _STATEMENTS)),
+                             tables_before, asyncio.run(_rows(url, _TABLES)), roles_before,
+                             _cpu_by_role(server, url))
+            print("\nclean" if holder is None
+                  else f"\nheld {(time.monotonic() - began) / 60:.1f} min", end="")
+            report(result, top=12)
+            if holder is None:
+                holder = Holder(url)
+                holder.start()
+                began = time.monotonic()
+    finally:
+        if holder is not None:
+            holder.stop()
+        fetch_ids(url, _EMPTY, queue_id)
+
+
 def _result(kind: str, batch: int, seconds: float, row: dict[str, Any],
             statements: list[asyncpg.Record], tables_before: dict[str, Any],
             tables_after: list[asyncpg.Record], roles_before: dict[str, float],
@@ -166,7 +221,7 @@ def _result(kind: str, batch: int, seconds: float, row: dict[str, Any],
     }
 
 
-def report(result: dict[str, Any]) -> None:
+def report(result: dict[str, Any], top: int | None = None) -> None:
     row = result["row"]
     label = {"rest": "leaseq", "minimal": "minimal table", "lockstep": "leaseq lockstep",
              "fifo": "leaseq lockstep, FIFO 100 groups"}[result["kind"]]
@@ -177,7 +232,7 @@ def report(result: dict[str, Any]) -> None:
           f"{row['wal_bytes_per_message']:.0f} B of WAL per message, lost {row['lost']}")
     print(f"  {'calls':>6}{'plan us':>9}{'exec us':>9}{'rows':>7}{'WAL B':>8}{'blocks':>8}"
           "  statement (per message deleted)")
-    for s in result["statements"]:
+    for s in result["statements"][:top]:
         if s["calls"] < 0.001:
             continue
         print(f"  {s['calls']:>6.2f}{s['plan_ms'] * 1000:>9.1f}{s['ms'] * 1000:>9.1f}"
@@ -197,26 +252,53 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["minimal", "rest"],
                         choices=["minimal", "rest", "lockstep", "fifo"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 10], choices=[1, 10])
+    parser.add_argument("--explain-ms", type=float, metavar="MS",
+                        help="log the plan (auto_explain, with buffers) of every statement "
+                        "slower than this in the server's log, which is then kept")
+    parser.add_argument("--held", type=float, metavar="MINUTES",
+                        help="the apart load on one queue in windows of --seconds, first "
+                        "clean, then while the horizon is held this long")
+    spread = parser.add_mutually_exclusive_group()
+    spread.add_argument("--fifo", type=int, metavar="GROUPS",
+                        help="--held: a FIFO queue, its messages naming this many groups")
+    spread.add_argument("--fair", type=int, metavar="TENANTS",
+                        help="--held: a fair queue, its messages naming this many tenants")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="leaseq-statements-"))
     server = EmbeddedPostgres(folder, database="leaseq")
     url = server.start()
     try:
+        explain = ([] if args.explain_ms is None else [
+            f"ALTER SYSTEM SET auto_explain.log_min_duration = {args.explain_ms}",
+            "ALTER SYSTEM SET auto_explain.log_analyze = on",
+            "ALTER SYSTEM SET auto_explain.log_buffers = on"])
         asyncio.run(execute(
-            url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
+            url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+            f"{'' if args.explain_ms is None else ', auto_explain'}",
             "ALTER SYSTEM SET pg_stat_statements.track_utility = on",
-            "ALTER SYSTEM SET pg_stat_statements.track_planning = on"))
+            "ALTER SYSTEM SET pg_stat_statements.track_planning = on", *explain))
+        if explain:
+            print(f"plans of statements over {args.explain_ms} ms: "
+                  f"{server.pgdata / 'server.log'} (kept)")
         server.stop()
         url = server.start()
         asyncio.run(execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         with running_service(env={"DATABASE_URL": url}) as service:
+            if args.held is not None:
+                chosen = (apart.Spread(args.fifo, fifo=True) if args.fifo
+                          else apart.Spread(args.fair) if args.fair else None)
+                for batch in args.batches:
+                    measure_held(url, server, service.port, batch, args.seconds, args.held,
+                                 args.backlog, chosen)
+                return
             for batch in args.batches:
                 for kind in args.kinds:
                     report(measure(kind, url, server, service.port, batch, args.seconds,
                                    args.backlog))
     finally:
         server.stop()
-        remove(folder)
+        if args.explain_ms is None:
+            remove(folder)
 
 
 if __name__ == "__main__":
