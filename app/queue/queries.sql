@@ -1780,19 +1780,22 @@ ORDER BY n.ord;
 --      number), and the rest of their group goes on. The lapsed leases left
 --      behind are revoked: a group claimed again belongs to its new receiver
 --      alone.
---   5. The turns read are deleted (each one it can lock), and each group whose
---      turn it deleted gets its next: at the lease's end when claimed, else at
---      its head's deadline, no earlier than the turn deleted (an open group
---      not taken keeps its place; a head in flight has its lease's turn; an
---      empty group gets none). The head each group showed is kept when it
---      moved on (group_heads).
+--   5. Each group it claimed from or found nothing claimable in loses every
+--      turn due (each one it can lock: a group's sends and acknowledgements
+--      each gave it one, and left there they would pile up behind the walk),
+--      and gets its next: at the lease's end when claimed, else at its
+--      head's deadline, no earlier than the turn deleted (a head in flight
+--      has its lease's turn; an empty group gets none). An open group not
+--      taken keeps its turns as they are: its place among the others, and
+--      no write. The head each group showed is kept when it moved on
+--      (group_heads).
 -- Always one row at least: `dead` counts the moved messages; `id` is NULL
 -- when nothing was claimed; `receiver` numbers each row's receiver from 1.
 -- Every row carries the floor of the queue's turns it saw, as a fair claim's.
 WITH
 {{written}},
 walked AS MATERIALIZED (
-    SELECT u.ctid AS turn, u.tenant AS group_id, u.at
+    SELECT u.tenant AS group_id, u.at
     FROM leaseq.turns AS u
     WHERE u.queue_id = :queue_id
       AND u.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
@@ -1801,18 +1804,22 @@ walked AS MATERIALIZED (
     LIMIT 2 * CAST(:lock_groups AS integer)
 ),
 looked_at AS MATERIALIZED (
-    -- Each group's last head seen, by group_heads_newest from the top: the
-    -- heads below it are superseded, and whatever a held horizon keeps of
-    -- them lies below.
-    SELECT w.group_id, min(w.at) AS hint,
-           (SELECT h.since FROM leaseq.group_heads AS h
-            WHERE h.queue_id = :queue_id AND h.group_id = w.group_id
-            ORDER BY h.since DESC
-            LIMIT 1) AS since
-    FROM walked AS w
-    GROUP BY w.group_id
-    ORDER BY min(w.at), w.group_id
-    LIMIT :lock_groups
+    -- Each group's last head seen, by group_heads_newest from the top (0026):
+    -- the heads below it are superseded, and whatever a held horizon keeps
+    -- of them lies below.
+    SELECT g.group_id, g.hint, h.since, h.head_row
+    FROM (SELECT w.group_id, min(w.at) AS hint
+          FROM walked AS w
+          GROUP BY w.group_id
+          ORDER BY min(w.at), w.group_id
+          LIMIT :lock_groups) AS g
+    LEFT JOIN LATERAL (
+        SELECT h.since, h.ctid AS head_row
+        FROM leaseq.group_heads AS h
+        WHERE h.queue_id = :queue_id AND h.group_id = g.group_id
+        ORDER BY h.since DESC
+        LIMIT 1
+    ) AS h ON true
 ),
 window_rows AS (
     SELECT l.group_id, l.hint, l.since,
@@ -1941,29 +1948,44 @@ revoked AS (
     FROM stale AS s
     WHERE m.id = s.id AND s.group_id IN (SELECT group_id FROM granted)
 ),
+decided AS (
+    -- The groups looked at that no turn due need bring back: claimed from
+    -- (its lease's end will), or with nothing claimable as this snapshot
+    -- sees them (empty, its head in flight or waiting). A write this snapshot
+    -- does not see gave the group a turn of its own, which stays.
+    SELECT l.group_id
+    FROM looked_at AS l
+    WHERE l.group_id IN (SELECT group_id FROM claimed)
+       OR l.group_id NOT IN (SELECT group_id FROM open)
+),
 gone AS (
+    -- Each group's read by turns_tenant from the floor (the lateral with its
+    -- lock is planned per group, never as a scan of the queue's turns): under
+    -- a held horizon a group's range holds what was deleted of its turns
+    -- since, not all its history.
     DELETE FROM leaseq.turns AS u
     WHERE u.ctid = ANY (ARRAY(
-        SELECT l.ctid
-        FROM leaseq.turns AS l
-        WHERE l.ctid = ANY (ARRAY(SELECT w.turn FROM walked AS w
-                                  WHERE w.group_id IN (SELECT group_id FROM looked_at)))
-        FOR UPDATE SKIP LOCKED))
+        SELECT t.ctid
+        FROM decided AS d
+        CROSS JOIN LATERAL (
+            SELECT l.ctid
+            FROM leaseq.turns AS l
+            WHERE l.queue_id = :queue_id AND l.tenant = d.group_id
+              AND l.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+              AND l.at <= statement_timestamp()
+            FOR UPDATE SKIP LOCKED) AS t))
     RETURNING u.tenant AS group_id, u.at
 ),
 nexts AS (
-    -- When each group looked at may next have a message claimable, as this
-    -- statement leaves it (a claimed one's lease end is inserted below).
-    SELECT s.group_id,
-           CASE WHEN s.group_id IN (SELECT group_id FROM claimed) THEN NULL
-                -- Open and not taken: it keeps its place (its first turn).
-                WHEN s.group_id IN (SELECT group_id FROM open) THEN s.hint
-                -- Its head waits for the queue's delay (the send's turn came
-                -- at the old delay's end): then. A head in flight has its
-                -- lease's turn (its claim's or its last heartbeat's).
-                WHEN s.messages > 0 AND NOT s.head_in_flight THEN s.head_at
-           END AS at
+    -- When a group not claimed from may next have a message claimable: its
+    -- head's deadline when it waits for the queue's delay (the send's turn
+    -- came at the old delay's end). A claimed one's lease end is inserted
+    -- below; a head in flight has its lease's turn (its claim's or its last
+    -- heartbeat's); an empty group needs none.
+    SELECT s.group_id, s.head_at AS at
     FROM summary AS s
+    WHERE s.group_id NOT IN (SELECT group_id FROM claimed)
+      AND s.messages > 0 AND NOT s.head_in_flight
 ),
 turned AS (
     -- No earlier than the first turn it deleted of the group (floors.py, as
@@ -1973,7 +1995,6 @@ turned AS (
     FROM nexts AS n
     JOIN (SELECT g.group_id, min(g.at) AS at FROM gone AS g GROUP BY g.group_id) AS g
       ON g.group_id = n.group_id
-    WHERE n.at IS NOT NULL
     UNION ALL
     SELECT DISTINCT :queue_id, c.group_id,
            written.at + CAST(:visibility_timeout AS integer) * interval '1 second'
@@ -1984,6 +2005,22 @@ learned AS (
     SELECT :queue_id, s.group_id, s.head
     FROM summary AS s
     WHERE s.head > coalesce(s.since, -1)
+),
+superseded AS (
+    -- The head it read, once it learned a later one: the very row, whatever
+    -- a held horizon keeps of the group's earlier heads. One another claim
+    -- holds (it learned the same) is left to it, or to sweep_group_heads.
+    DELETE FROM leaseq.group_heads AS h
+    WHERE h.ctid = ANY (ARRAY(
+        SELECT o.ctid
+        FROM looked_at AS l
+        JOIN summary AS s USING (group_id)
+        CROSS JOIN LATERAL (
+            SELECT p.ctid
+            FROM leaseq.group_heads AS p
+            WHERE p.ctid = l.head_row
+            FOR UPDATE SKIP LOCKED) AS o
+        WHERE s.head > s.since))
 ),
 {{turn_floors}}
 SELECT (SELECT count(*) FROM dead) AS dead, claimed.*,
@@ -2126,47 +2163,59 @@ DELETE FROM leaseq.message_deduplication WHERE queue_id = :queue_id;
 DELETE FROM leaseq.group_heads WHERE queue_id = :queue_id;
 
 -- name: sweep_deduplication
--- returns: SweptRow
+-- returns: DeduplicationSweptRow
 -- Forgets up to :limit deduplication ids and receive attempts past their
--- five minutes, and FIFO groups' heads no claim reads: superseded by a later
--- one, or of a group with no turn (nothing claimable nor in flight) learnt
--- more than ten minutes ago.
+-- five minutes, each table read by its expiry from where the last sweep
+-- stopped (:deduplication_from, :attempts_from; NULL: the start): below lies
+-- what earlier sweeps deleted, which a held horizon keeps in the index
+-- (app/queue/retention.py). Returns how many, and the last expiry reached in
+-- each.
 WITH forgotten AS (
     DELETE FROM leaseq.message_deduplication
     WHERE (queue_id, scope, deduplication_id) IN (
         SELECT queue_id, scope, deduplication_id
         FROM leaseq.message_deduplication
-        WHERE expires_at <= statement_timestamp()
+        WHERE expires_at >= coalesce(CAST(:deduplication_from AS timestamptz), '-infinity')
+          AND expires_at <= statement_timestamp()
+        ORDER BY expires_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+    RETURNING expires_at
 ),
 attempts AS (
     DELETE FROM leaseq.receive_attempts
     WHERE (queue_id, attempt_id) IN (
         SELECT queue_id, attempt_id
         FROM leaseq.receive_attempts
-        WHERE expires_at <= statement_timestamp()
+        WHERE expires_at >= coalesce(CAST(:attempts_from AS timestamptz), '-infinity')
+          AND expires_at <= statement_timestamp()
+        ORDER BY expires_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED)
-    RETURNING 1
-),
-heads AS (
-    DELETE FROM leaseq.group_heads AS h
-    WHERE h.ctid = ANY (ARRAY(
-        SELECT o.ctid
-        FROM leaseq.group_heads AS o
-        WHERE EXISTS (SELECT 1 FROM leaseq.group_heads AS n
-                      WHERE n.queue_id = o.queue_id AND n.group_id = o.group_id
-                        AND n.since > o.since)
-           OR (o.learned_at <= statement_timestamp() - interval '10 minutes'
-               AND NOT EXISTS (SELECT 1 FROM leaseq.turns AS u
-                               WHERE u.queue_id = o.queue_id AND u.tenant = o.group_id))
-        LIMIT :limit))
-    RETURNING 1
+    RETURNING expires_at
 )
-SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts),
-                (SELECT count(*) FROM heads)) AS swept;
+SELECT greatest((SELECT count(*) FROM forgotten), (SELECT count(*) FROM attempts)) AS swept,
+       (SELECT max(expires_at) FROM forgotten) AS deduplication_to,
+       (SELECT max(expires_at) FROM attempts) AS attempts_to;
+
+-- name: sweep_group_heads
+-- Forgets up to :limit FIFO groups' heads no claim reads: superseded by a
+-- later one (a claim deletes the one it read when it learns the next, unless
+-- another holds it), or of a group with no turn (nothing claimable nor in
+-- flight) learnt more than ten minutes ago. A scan of the table, seldom
+-- (app/queue/retention.py): it holds about a head a group.
+DELETE FROM leaseq.group_heads AS h
+WHERE h.ctid = ANY (ARRAY(
+    SELECT o.ctid
+    FROM leaseq.group_heads AS o
+    WHERE EXISTS (SELECT 1 FROM leaseq.group_heads AS n
+                  WHERE n.queue_id = o.queue_id AND n.group_id = o.group_id
+                    AND n.since > o.since)
+       OR (o.learned_at <= statement_timestamp() - interval '10 minutes'
+           AND NOT EXISTS (SELECT 1 FROM leaseq.turns AS u
+                           WHERE u.queue_id = o.queue_id AND u.tenant = o.group_id))
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED));
 
 -- name: replay_receive_attempt
 -- returns: ReplayedRow

@@ -1,5 +1,6 @@
 """The background task that deletes messages past their queue's retention, and
-FIFO queues' deduplication ids and receive attempts past their five minutes.
+FIFO queues' deduplication ids and receive attempts past their five minutes and
+the groups' heads no claim reads.
 
 Claims and sends already ignore such rows; this only reclaims their space.
 """
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
 
 from app.db.connector import Connector
 from app.db.fleet import FleetLock
@@ -28,22 +32,75 @@ async def sweep_expired(db: Connector, batch: int = 1000) -> int:
             return total
 
 
-async def sweep_deduplication(db: Connector, batch: int = 1000) -> int:
-    """Forget deduplication ids and receive attempts past their window; how many."""
-    total = 0
-    while True:
-        (row,) = await db.fetch(Q.sweep_deduplication, {"limit": batch})
-        count = int(row["swept"])
-        total += count
-        if count < batch:
-            return total
+HEADS_EVERY = 60.0
+"""Seconds between two sweeps of FIFO groups' heads (a scan of their table)."""
+BACKSTOP_EVERY = 600.0
+"""Seconds between two sweeps of the deduplication ids and receive attempts
+from the start of their expiries."""
 
 
-async def sweep_once(db: Connector) -> int:
+class DeduplicationSweep:
+    """Forgets FIFO queues' deduplication ids and receive attempts past their
+    five minutes, and the groups' heads no claim reads.
+
+    Each round reads the expiries from where the last one stopped. Everything
+    below was deleted by an earlier round, and while a transaction holds the
+    cleanup horizon the index keeps those entries: read from the start, every
+    round would walk the whole history the horizon keeps (about a row a FIFO
+    message). A row lands below only if the transaction that wrote it stayed
+    open past its expiry (the SQL API's send in a caller's transaction of
+    more than five minutes): a send or a replay ignores an expired row
+    anyway, and the round from the start every BACKSTOP_EVERY seconds deletes
+    it.
+    """
+
+    def __init__(self, db: Connector, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._db = db
+        self._clock = clock
+        self._from: dict[str, datetime | None] = {"deduplication": None, "attempts": None}
+        self._backstop_at = clock() + BACKSTOP_EVERY
+        self._heads_at = clock()
+
+    async def once(self, batch: int = 1000) -> int:
+        """One round: as many statements as it takes; how many rows forgotten
+        (the larger of the two tables' counts)."""
+        now = self._clock()
+        if now >= self._backstop_at:
+            self._from = dict.fromkeys(self._from)
+            self._backstop_at = now + BACKSTOP_EVERY
+        total = 0
+        while True:
+            (row,) = await self._db.fetch(Q.sweep_deduplication, {
+                "limit": batch, "deduplication_from": self._from["deduplication"],
+                "attempts_from": self._from["attempts"]})
+            for table in self._from:
+                reached = row[f"{table}_to"]  # type: ignore[literal-required]
+                if reached is not None:
+                    self._from[table] = max(reached, self._from[table] or reached)
+            count = int(row["swept"])
+            total += count
+            if count < batch:
+                break
+        if now >= self._heads_at:
+            self._heads_at = now + HEADS_EVERY
+            await self.sweep_heads(batch)
+        return total
+
+    async def sweep_heads(self, batch: int = 1000) -> int:
+        total = 0
+        while True:
+            async with self._db.session() as session:
+                count = await session.execute(Q.sweep_group_heads, {"limit": batch})
+            total += count
+            if count < batch:
+                return total
+
+
+async def sweep_once(db: Connector, deduplication: DeduplicationSweep) -> int:
     count = await sweep_expired(db)
     if count:
         _log.info("deleted %d messages past retention", count)
-    await sweep_deduplication(db)
+    await deduplication.once()
     return count
 
 
@@ -55,7 +112,8 @@ async def sweep_forever(
 ) -> None:
     """Sweep every `interval` seconds (while this process holds `only_while`);
     `swept` is set after each round (for tests)."""
+    deduplication = DeduplicationSweep(db)
     await every(
-        interval, lambda: sweep_once(db), what="retention sweep", rounds=swept,
+        interval, lambda: sweep_once(db, deduplication), what="retention sweep", rounds=swept,
         only_while=only_while,
     )

@@ -226,6 +226,14 @@ class SweptRow(TypedDict):
     swept: int
 
 
+class DeduplicationSweptRow(SweptRow):
+    """sweep_deduplication: how many, and the last expiry it reached in each
+    table (None: none past)."""
+
+    deduplication_to: datetime | None
+    attempts_to: datetime | None
+
+
 class RepairedRow(SweptRow):
     """adopt_strays, restore_turns: how many, and the queues told to read from
     the start again."""

@@ -6,6 +6,7 @@ from app.db.queries import Queries, Query, load
 from app.queue.rows import (
     ChangedRow,
     CheckpointRow,
+    DeduplicationSweptRow,
     DeletedRow,
     DrainedRow,
     EpochRow,
@@ -44,7 +45,6 @@ from app.queue.rows import (
     RotationRow,
     SentRow,
     StandardClaimRow,
-    SweptRow,
     TagsRow,
     TakenTaskRow,
     TaskIdRow,
@@ -122,7 +122,8 @@ class Statements(Queries):
     forget_heads: Query[None]
     give_back_fifo_claims: Query[GivenBackRow]
     forget_deduplication: Query[None]
-    sweep_deduplication: Query[SweptRow]
+    sweep_deduplication: Query[DeduplicationSweptRow]
+    sweep_group_heads: Query[None]
     replay_receive_attempt: Query[ReplayedRow]
     record_receive_attempt: Query[None]
     queue_gauges: Query[GaugeRow]

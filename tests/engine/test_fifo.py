@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 from support import eventually, make_queue, parked, receive
 
-from app.queue.retention import sweep_deduplication
+from app.queue.retention import DeduplicationSweep
 
 
 async def fifo_queue(client: httpx.AsyncClient, name: str = "orders.fifo", **attrs: Any) -> str:
@@ -476,7 +476,8 @@ async def test_expired_deduplication_ids_and_attempts_are_swept(
         "WHERE deduplication_id IN ('m0', 'm1')"
     )
     await db.execute("UPDATE leaseq.receive_attempts SET expires_at = now() - interval '1 s'")
-    assert await sweep_deduplication(client.app.state.db, batch=1) == 2  # type: ignore[attr-defined]
+    sweep = DeduplicationSweep(client.app.state.db)  # type: ignore[attr-defined]
+    assert await sweep.once(batch=1) == 2
     left = await db.fetch("SELECT deduplication_id FROM leaseq.message_deduplication ORDER BY 1")
     assert [r[0] for r in left] == ["m2", "m3", "m4"]
     assert await db.fetchval("SELECT count(*) FROM leaseq.receive_attempts") == 0

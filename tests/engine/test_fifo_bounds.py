@@ -23,6 +23,7 @@ from support import (
 from app.db.engine import plain_url
 from app.queue.grouped import Take
 from app.queue.grouped_fifo import fifo_claim_params
+from app.queue.retention import BACKSTOP_EVERY, DeduplicationSweep
 
 
 async def _fifo(client: httpx.AsyncClient, name: str = "steps.fifo", **attrs: Any) -> str:
@@ -252,3 +253,140 @@ async def test_a_replayed_receive_attempt_gives_the_group_a_turn_at_the_leases_n
     assert deadline > first.lease_expires_at
     assert await db.fetchval(
         "SELECT count(*) FROM leaseq.turns WHERE tenant = 'G' AND at = $1", deadline) == 1
+
+
+# -- what the turns and heads leave behind -------------------------------------------
+
+
+async def test_a_claim_takes_every_turn_due_of_a_group_it_claims_and_none_of_one_it_leaves(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """Every send gives its group a turn. Left there, the turns of a busy group
+    piled up behind the claims' walk (a held FIFO bench grew 30,000 of them),
+    and each claim deleted and wrote again the turn of every open group it did
+    not take. A claim now deletes every turn due of a group it claims from,
+    and leaves an open group's as they are."""
+    queue = await _fifo(client)
+    for n in range(3):
+        await _send(client, queue, f"a{n}", group="A")
+    await _send(client, queue, "b0", group="B")
+    before = await db.fetch(
+        "SELECT tenant, ctid::text AS ctid FROM leaseq.turns WHERE tenant = 'B'")
+    got = await receive(client, queue, max=3, visibility_timeout=600)
+    assert _bodies(got) == ["a0", "a1", "a2"]
+    # A: the turn at its lease's end alone; B, open and not taken: untouched.
+    assert await db.fetchval(
+        "SELECT count(*) FROM leaseq.turns WHERE tenant = 'A' AND at <= now()") == 0
+    assert await db.fetchval(
+        "SELECT count(*) FROM leaseq.turns WHERE tenant = 'A' AND at > now()") == 1
+    after = await db.fetch(
+        "SELECT tenant, ctid::text AS ctid FROM leaseq.turns WHERE tenant = 'B'")
+    assert [dict(r) for r in after] == [dict(r) for r in before]
+    assert _bodies(await receive(client, queue, max=3)) == ["b0"]
+
+
+async def test_a_claim_that_learns_a_groups_next_head_forgets_the_one_it_read(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    queue = await _fifo(client)
+    for n in range(3):
+        await _send(client, queue, f"a{n}")
+    for expected in ("a0", "a1", "a2"):
+        (got,) = await receive(client, queue, max=1, visibility_timeout=600)
+        assert got["body"] == expected
+        ack = await client.delete(_lease(queue, got))
+        assert ack.status_code == 204, ack.text
+    # The receive after a2's acknowledgement finds the group empty; the one
+    # that took a2 learned its head: one head left, the last.
+    assert await receive(client, queue, max=1) == []
+    heads = await db.fetch("SELECT since FROM leaseq.group_heads")
+    last = await db.fetchval("SELECT max(sequence_number) FROM leaseq.messages")
+    assert last is None or [r["since"] for r in heads] == [last]
+    assert len(heads) == 1
+
+
+async def test_the_sweep_forgets_the_heads_no_claim_reads(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """A head superseded that a claim left (another held it), and the last
+    head of a group with no turn learnt more than ten minutes ago; the head a
+    claim reads stays."""
+    queue = await _fifo(client)
+    await _send(client, queue, "a0", group="A")
+    await _send(client, queue, "b0", group="B")
+    queue_id = await queue_id_of(client, queue)
+    await db.execute(
+        "INSERT INTO leaseq.group_heads (queue_id, group_id, since, learned_at) VALUES "
+        "($1, 'A', 1, now()), ($1, 'A', 2, now()), "
+        "($1, 'B', 3, now() - interval '11 minutes'), "
+        "($1, 'C', 4, now() - interval '11 minutes'), ($1, 'D', 5, now())", queue_id)
+    app: Any = client.app  # type: ignore[attr-defined]
+    assert await DeduplicationSweep(app.state.db).sweep_heads(batch=1) == 2
+    left = await db.fetch("SELECT group_id, since FROM leaseq.group_heads ORDER BY since")
+    # A's superseded head and C's (no turn, old) go; B has a turn, D is recent.
+    assert [(r["group_id"], r["since"]) for r in left] == [("A", 2), ("B", 3), ("D", 5)]
+
+
+async def test_the_deduplication_sweep_reads_from_where_it_stopped_and_from_the_start_seldom(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """Under a held horizon the expiry index keeps every id a sweep deleted, so
+    a round reads from the last expiry it reached. A row that turns up below
+    it (its writer's transaction outlived its five minutes) waits for the
+    round from the start."""
+    queue = await _fifo(client)
+    for n in range(3):
+        await _send(client, queue, f"m{n}")
+    await db.execute(
+        "UPDATE leaseq.message_deduplication SET expires_at = now() - interval '1 minute' "
+        "WHERE deduplication_id LIKE '%-m1'")
+    clock = [0.0]
+    app: Any = client.app  # type: ignore[attr-defined]
+    sweep = DeduplicationSweep(app.state.db, clock=lambda: clock[0])
+    assert await sweep.once() == 1
+    # Committed late, below where the sweep stopped.
+    await db.execute(
+        "UPDATE leaseq.message_deduplication SET expires_at = now() - interval '2 minutes' "
+        "WHERE deduplication_id LIKE '%-m0'")
+    assert await sweep.once() == 0
+    clock[0] = BACKSTOP_EVERY
+    assert await sweep.once() == 1
+    left = await db.fetch("SELECT deduplication_id FROM leaseq.message_deduplication")
+    assert [r[0] for r in left] == [f"{queue}-m2"]
+
+
+async def test_a_claim_reads_each_groups_newest_head_from_the_top_of_its_index(
+    client: httpx.AsyncClient, db: asyncpg.Connection, database_url: str,
+) -> None:
+    """About one head a group is live, so PostgreSQL would estimate one row a
+    group and read the group's every index entry by a bitmap: under a held
+    horizon, every head the group ever had. Told a group has many (0026), it
+    reads from the top and stops at the first."""
+    queue = await _fifo(client)
+    for n in range(20):
+        await _send(client, queue, f"m{n}", group=f"g{n % 10}")
+    found = await client.app.state.service.queues.find(queue)  # type: ignore[attr-defined]
+    queue_id = await queue_id_of(client, queue)
+
+    async def claim_buffers() -> int:
+        sql, args = positional("claim_fifo_messages", fifo_claim_params(found, 30, [Take(10)]))
+        return min([await statement_buffers(db, sql, args) for _ in range(3)])
+
+    clean = await claim_buffers()
+    holder = await asyncpg.connect(plain_url(database_url))
+    try:
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT count(*) FROM leaseq.queues")
+        # Each group's heads learned one after another, each superseding the
+        # last (all below the groups' messages: any lower bound is a head).
+        for since in range(-300, 0):
+            await db.execute(
+                "WITH learned AS (INSERT INTO leaseq.group_heads (queue_id, group_id, since) "
+                "SELECT $1, 'g' || g, $2 FROM generate_series(0, 9) AS g) "
+                "DELETE FROM leaseq.group_heads WHERE queue_id = $1 AND since < $2",
+                queue_id, since)
+        await db.execute("ANALYZE leaseq.group_heads")
+        held = await claim_buffers()
+    finally:
+        await holder.close()
+    assert held <= clean + 100, (clean, held)

@@ -50,8 +50,14 @@ async def test_the_fifo_claim_reads_a_few_groups_of_a_large_backlog(
         "SELECT $1, 'g' || n, now() - n * interval '1 ms' FROM generate_series(0, $2 - 1) AS n",
         queue_id, GROUPS,
     )
+    # Each group's head, as the claims that read the groups before learnt them.
+    await db.execute(
+        "INSERT INTO leaseq.group_heads (queue_id, group_id, since) "
+        "SELECT $1, group_id, min(sequence_number) FROM leaseq.messages "
+        "WHERE queue_id = $1 GROUP BY group_id", queue_id)
     await db.execute("ANALYZE leaseq.messages")
     await db.execute("ANALYZE leaseq.turns")
+    await db.execute("ANALYZE leaseq.group_heads")
     queue = _fifo(queue_id, "big.fifo")
     # Sixteen receivers of ten, as group commit gathers them under load.
     params = fifo_claim_params(queue, 30, [Take(10) for _ in range(16)])
