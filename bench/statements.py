@@ -90,13 +90,13 @@ def _one_line(query: str, width: int = 90) -> str:
 
 
 def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int,
-            seconds: float, backlog: int) -> dict[str, Any]:
+            seconds: float, backlog: int, groups: int = 100) -> dict[str, Any]:
     """One row: the apart load on leaseq's REST API (`rest`) or the minimal
     table in SQL (`minimal`); or the lockstep REST cycle on a standard queue
-    (`lockstep`) or a FIFO queue of 100 groups (`fifo`), as `python -m bench`
-    runs them."""
+    (`lockstep`) or a FIFO queue of `groups` groups (`fifo`), as `python -m
+    bench` runs them."""
     if kind in ("lockstep", "fifo"):
-        return _measure_cycle(kind, url, server, port, batch, seconds)
+        return _measure_cycle(kind, url, server, port, batch, seconds, groups)
     if kind == "rest":
         name: Any = f"where-{batch}"
         call(port, "POST", "/v1/queues", {"name": name})
@@ -128,7 +128,7 @@ def measure(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int
 
 
 def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, batch: int,
-                   seconds: float) -> dict[str, Any]:
+                   seconds: float, groups: int) -> dict[str, Any]:
     fifo = kind == "fifo"
     name = f"where-{kind}-{batch}" + (".fifo" if fifo else "")
     call(port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
@@ -137,7 +137,7 @@ def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, bat
     tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
     roles_before = _cpu_by_role(server, url)
     result = cycle.run("fifo" if fifo else "rest", port, name, clients=16, batch=batch,
-                       seconds=seconds, processes=2, groups=100 if fifo else None,
+                       seconds=seconds, processes=2, groups=groups if fifo else None,
                        remaining=lambda: fetch_ids(url, _REMAINING, queue_id),
                        database_cpu=lambda: _postgres_cpu(server),
                        wal_bytes=wal_counter(url))
@@ -148,7 +148,8 @@ def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, bat
     rate = max(result.messages_per_second, 1e-9)
     row = {"messages_per_second": rate, "lost": result.lost,
            "database_us_per_message": 1e4 * (result.database_cpu_percent or 0.0) / rate,
-           "wal_bytes_per_message": result.wal_bytes_per_message or 0.0}
+           "wal_bytes_per_message": result.wal_bytes_per_message or 0.0,
+           "groups": groups if fifo else None}
     return _result(kind, batch, seconds, row, statements, tables_before, tables_after,
                    roles_before, roles_after)
 
@@ -224,7 +225,7 @@ def _result(kind: str, batch: int, seconds: float, row: dict[str, Any],
 def report(result: dict[str, Any], top: int | None = None) -> None:
     row = result["row"]
     label = {"rest": "leaseq", "minimal": "minimal table", "lockstep": "leaseq lockstep",
-             "fifo": "leaseq lockstep, FIFO 100 groups"}[result["kind"]]
+             "fifo": f"leaseq lockstep, FIFO {row.get('groups')} groups"}[result["kind"]]
     print(f"\n{label}, "
           f"{'single' if result['batch'] == 1 else 'batch 10'}: "
           f"{row['messages_per_second']:.0f} msg/s, PostgreSQL "
@@ -260,7 +261,8 @@ def main() -> None:
                         "clean, then while the horizon is held this long")
     spread = parser.add_mutually_exclusive_group()
     spread.add_argument("--fifo", type=int, metavar="GROUPS",
-                        help="--held: a FIFO queue, its messages naming this many groups")
+                        help="--held: a FIFO queue, its messages naming this many groups; "
+                        "--kinds fifo: the groups of the lockstep cycle (default 100)")
     spread.add_argument("--fair", type=int, metavar="TENANTS",
                         help="--held: a fair queue, its messages naming this many tenants")
     args = parser.parse_args()
@@ -294,7 +296,7 @@ def main() -> None:
             for batch in args.batches:
                 for kind in args.kinds:
                     report(measure(kind, url, server, service.port, batch, args.seconds,
-                                   args.backlog))
+                                   args.backlog, args.fifo or 100))
     finally:
         server.stop()
         if args.explain_ms is None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
@@ -137,6 +138,21 @@ def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _blocks(node: dict[str, Any]) -> int:
     return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+
+
+@contextlib.asynccontextmanager
+async def held_horizon(database_url: str) -> AsyncIterator[None]:
+    """A REPEATABLE READ transaction that has taken its snapshot, open for the
+    block: no VACUUM removes a row version settled meanwhile."""
+    from app.db.engine import plain_url
+
+    holder = await asyncpg.connect(plain_url(database_url))
+    try:
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT count(*) FROM leaseq.queues")
+        yield
+    finally:
+        await holder.close()
 
 
 async def statement_buffers(db: asyncpg.Connection, sql: str, args: list[Any]) -> int:

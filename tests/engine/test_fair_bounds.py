@@ -18,6 +18,7 @@ import httpx
 from support import (
     cycle,
     eventually,
+    held_horizon,
     make_queue,
     positional,
     queue_id_of,
@@ -448,10 +449,7 @@ async def test_a_fair_claim_costs_the_same_while_a_transaction_holds_the_horizon
         return await _claim_buffers(db, queue_id, found.floors.params()["ready_floor"])
 
     clean = await claim_buffers()
-    holder = await asyncpg.connect(plain_url(database_url))
-    try:
-        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        await holder.fetchval("SELECT count(*) FROM leaseq.queues")
+    async with held_horizon(database_url):
         await _cycle(client, queue, 4000, 10)
         held = await claim_buffers()
         # The fairness round looks into the messages of each tenant with some
@@ -461,8 +459,6 @@ async def test_a_fair_claim_costs_the_same_while_a_transaction_holds_the_horizon
         assert floor is not None
         from_floor = await _round_buffers(db, {queue_id: floor})
         from_start = await _round_buffers(db, {})
-    finally:
-        await holder.close()
     assert held <= 2 * clean + 100, (clean, held)
     assert 2 * from_floor < from_start, (from_floor, from_start)
 

@@ -12,6 +12,7 @@ import asyncpg
 import httpx
 from support import (
     cycle,
+    held_horizon,
     make_queue,
     positional,
     queue_id_of,
@@ -20,9 +21,9 @@ from support import (
     statement_buffers,
 )
 
-from app.db.engine import plain_url
 from app.queue.grouped import Take
 from app.queue.grouped_fifo import fifo_claim_params
+from app.queue.models import Queue
 from app.queue.retention import BACKSTOP_EVERY, DeduplicationSweep
 
 
@@ -54,6 +55,12 @@ async def _cycle(client: httpx.AsyncClient, queue: str, start: int, count: int,
                                 for first in range(start, start + count, 10)))
 
 
+async def _claim_buffers(db: asyncpg.Connection, found: Queue) -> int:
+    """Buffers a FIFO claim of ten reads, the least of three tries."""
+    sql, args = positional("claim_fifo_messages", fifo_claim_params(found, 30, [Take(10)]))
+    return min([await statement_buffers(db, sql, args) for _ in range(3)])
+
+
 # -- a receive's cost ---------------------------------------------------------------
 
 
@@ -77,24 +84,14 @@ async def test_a_fifo_claim_costs_the_same_while_a_transaction_holds_the_horizon
         for n in range(10)]})
     assert response.status_code == 200, response.text
     found = await app.state.service.queues.find(queue)
-
-    async def claim_buffers() -> int:
-        sql, args = positional("claim_fifo_messages", fifo_claim_params(found, 30, [Take(10)]))
-        return min([await statement_buffers(db, sql, args) for _ in range(3)])
-
-    clean = await claim_buffers()
-    holder = await asyncpg.connect(plain_url(database_url))
-    try:
-        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        await holder.fetchval("SELECT count(*) FROM leaseq.queues")
+    clean = await _claim_buffers(db, found)
+    async with held_horizon(database_url):
         await _cycle(client, queue, 500, 4000, 10)
-        held = await claim_buffers()
+        held = await _claim_buffers(db, found)
         # What it kept: each acknowledged message's versions, which the
         # group's range still holds, and the turns read and deleted.
         kept = await db.fetchval(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'messages_g0'")
-    finally:
-        await holder.close()
     assert held <= 2 * clean + 100, (clean, held, kept)
 
 
@@ -367,16 +364,8 @@ async def test_a_claim_reads_each_groups_newest_head_from_the_top_of_its_index(
         await _send(client, queue, f"m{n}", group=f"g{n % 10}")
     found = await client.app.state.service.queues.find(queue)  # type: ignore[attr-defined]
     queue_id = await queue_id_of(client, queue)
-
-    async def claim_buffers() -> int:
-        sql, args = positional("claim_fifo_messages", fifo_claim_params(found, 30, [Take(10)]))
-        return min([await statement_buffers(db, sql, args) for _ in range(3)])
-
-    clean = await claim_buffers()
-    holder = await asyncpg.connect(plain_url(database_url))
-    try:
-        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        await holder.fetchval("SELECT count(*) FROM leaseq.queues")
+    clean = await _claim_buffers(db, found)
+    async with held_horizon(database_url):
         # Each group's heads learned one after another, each superseding the
         # last (all below the groups' messages: any lower bound is a head).
         for since in range(-300, 0):
@@ -386,7 +375,5 @@ async def test_a_claim_reads_each_groups_newest_head_from_the_top_of_its_index(
                 "DELETE FROM leaseq.group_heads WHERE queue_id = $1 AND since < $2",
                 queue_id, since)
         await db.execute("ANALYZE leaseq.group_heads")
-        held = await claim_buffers()
-    finally:
-        await holder.close()
+        held = await _claim_buffers(db, found)
     assert held <= clean + 100, (clean, held)
