@@ -1843,13 +1843,13 @@ window_rows AS (
     ) AS w ON true
 ),
 summary AS MATERIALIZED (
-    SELECT group_id, hint, since,
+    SELECT group_id, since,
            count(id) AS messages,
            min(sequence_number) AS head,
            (array_agg(visible_at ORDER BY sequence_number))[1] AS head_at,
            (array_agg(in_flight ORDER BY sequence_number))[1] AS head_in_flight
     FROM window_rows
-    GROUP BY group_id, hint, since
+    GROUP BY group_id, since
 ),
 open AS (
     SELECT r.id, r.group_id, r.receive_count, r.sequence_number, r.leased AS lapsed,

@@ -15,21 +15,28 @@ from datetime import datetime
 
 from app.db.connector import Connector
 from app.db.fleet import FleetLock
+from app.db.queries import Query
 from app.queue.periodic import every
 from app.queue.sql import Q
 
 _log = logging.getLogger(__name__)
 
 
-async def sweep_expired(db: Connector, batch: int = 1000) -> int:
-    """Delete messages past their queue's retention, `batch` a statement; how many."""
+async def _in_batches(db: Connector, query: Query[None], batch: int) -> int:
+    """`query` (a DELETE of up to :limit rows) run until a run deletes fewer
+    than `batch`; how many in all."""
     total = 0
     while True:
         async with db.session() as session:
-            count = await session.execute(Q.sweep_expired, {"limit": batch})
+            count = await session.execute(query, {"limit": batch})
         total += count
         if count < batch:
             return total
+
+
+async def sweep_expired(db: Connector, batch: int = 1000) -> int:
+    """Delete messages past their queue's retention, `batch` a statement; how many."""
+    return await _in_batches(db, Q.sweep_expired, batch)
 
 
 HEADS_EVERY = 60.0
@@ -87,13 +94,7 @@ class DeduplicationSweep:
         return total
 
     async def sweep_heads(self, batch: int = 1000) -> int:
-        total = 0
-        while True:
-            async with self._db.session() as session:
-                count = await session.execute(Q.sweep_group_heads, {"limit": batch})
-            total += count
-            if count < batch:
-                return total
+        return await _in_batches(self._db, Q.sweep_group_heads, batch)
 
 
 async def sweep_once(db: Connector, deduplication: DeduplicationSweep) -> int:
