@@ -16,6 +16,7 @@ service and PostgreSQL, and the WAL written per message.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import resource
@@ -78,6 +79,25 @@ class Spread:
 
     def group(self, n: int) -> str:
         return f"{'g' if self.fifo else 't'}{n % self.groups}"
+
+
+def add_spread_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """--fair TENANTS and --fifo GROUPS, one or the other: `what` says which
+    rows they shape."""
+    spread = parser.add_mutually_exclusive_group()
+    spread.add_argument("--fair", type=int, metavar="TENANTS",
+                        help=f"{what} on a fair queue, its messages naming this many "
+                        "tenants in turn")
+    spread.add_argument("--fifo", type=int, metavar="GROUPS",
+                        help=f"{what} on a FIFO queue, its messages naming this many "
+                        "message groups in turn")
+
+
+def spread_of(args: argparse.Namespace) -> Spread | None:
+    """The Spread add_spread_options' options chose, if any."""
+    if args.fair:
+        return Spread(args.fair)
+    return Spread(args.fifo, fifo=True) if args.fifo else None
 
 
 def _messages(count: int, spread: Spread | None, first: int = 0) -> list[dict[str, str]]:

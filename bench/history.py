@@ -272,20 +272,13 @@ def cli() -> None:
                         help="the held rows of this batch size only (repeatable)")
     parser.add_argument("--leaseq-only", action="store_true",
                         help="held horizon: leaseq's rows without the minimal table's")
-    spread = parser.add_mutually_exclusive_group()
-    spread.add_argument("--fair", type=int, metavar="TENANTS",
-                        help="held horizon: leaseq's rows on a fair queue, its messages "
-                        "naming this many tenants in turn")
-    spread.add_argument("--fifo", type=int, metavar="GROUPS",
-                        help="held horizon: leaseq's rows on a FIFO queue, its messages "
-                        "naming this many message groups in turn")
+    apart.add_spread_options(parser, "held horizon: leaseq's rows")
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     args = parser.parse_args()
     report = measure(quick=args.quick, minutes=args.minutes, only=args.only,
                      batches=tuple(args.batch or BATCHES),
                      kinds=("rest",) if args.leaseq_only else KINDS,
-                     spread=(apart.Spread(args.fair) if args.fair
-                             else apart.Spread(args.fifo, fifo=True) if args.fifo else None))
+                     spread=apart.spread_of(args))
     print_report(report)
     print(f"written to {write(report, args.output)}")
 

@@ -168,8 +168,8 @@ def measure_held(url: str, server: EmbeddedPostgres, port: int, batch: int, wind
     began = 0.0
     try:
         while holder is None or time.monotonic() - began < minutes * 60:
-            standing |= apart.prefill_rest(port, name, backlog - len(standing), spread) \
-                if len(standing) < backlog else set()
+            if len(standing) < backlog:
+                standing |= apart.prefill_rest(port, name, backlog - len(standing), spread)
             asyncio.run(execute(url, "SELECT pg_stat_statements_reset()"))
             tables_before = {r["relname"]: r for r in asyncio.run(_rows(url, _TABLES))}
             roles_before = _cpu_by_role(server, url)
@@ -259,12 +259,8 @@ def main() -> None:
     parser.add_argument("--held", type=float, metavar="MINUTES",
                         help="the apart load on one queue in windows of --seconds, first "
                         "clean, then while the horizon is held this long")
-    spread = parser.add_mutually_exclusive_group()
-    spread.add_argument("--fifo", type=int, metavar="GROUPS",
-                        help="--held: a FIFO queue, its messages naming this many groups; "
-                        "--kinds fifo: the groups of the lockstep cycle (default 100)")
-    spread.add_argument("--fair", type=int, metavar="TENANTS",
-                        help="--held: a fair queue, its messages naming this many tenants")
+    # --fifo also sets the groups of `--kinds fifo`'s lockstep cycle (default 100).
+    apart.add_spread_options(parser, "--held: the load")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="leaseq-statements-"))
     server = EmbeddedPostgres(folder, database="leaseq")
@@ -287,11 +283,9 @@ def main() -> None:
         asyncio.run(execute(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         with running_service(env={"DATABASE_URL": url}) as service:
             if args.held is not None:
-                chosen = (apart.Spread(args.fifo, fifo=True) if args.fifo
-                          else apart.Spread(args.fair) if args.fair else None)
                 for batch in args.batches:
                     measure_held(url, server, service.port, batch, args.seconds, args.held,
-                                 args.backlog, chosen)
+                                 args.backlog, apart.spread_of(args))
                 return
             for batch in args.batches:
                 for kind in args.kinds:
