@@ -606,17 +606,14 @@ acked AS (
 ),
 noisy AS MATERIALIZED (
     -- As the fairness round last judged them, and those this process counts
-    -- noisy itself from what it handed out in the current second
-    -- (app/queue/tally.py): a burst is told at the claim that passes the
-    -- thresholds, not at the next round.
-    SELECT coalesce(t.tenant, l.tenant) AS tenant,
-           greatest(t.in_flight, l.in_flight) AS in_flight
-    FROM (SELECT r.tenant, r.in_flight
-          FROM leaseq.tenants AS r
-          WHERE r.queue_id = :queue_id AND r.noisy) AS t
-    FULL JOIN unnest(CAST(:noisy_tenants AS text[]), CAST(:noisy_in_flight AS integer[]))
-              AS l(tenant, in_flight)
-           ON l.tenant = t.tenant
+    -- noisy itself from what it handed out in the current second, merged by
+    -- the process (app/queue/tally.py): a burst is told at the claim that
+    -- passes the thresholds, not at the next round. Not read from the
+    -- tenants' rows: each takes versions every second, which a held horizon
+    -- keeps, and every claim would visit them all.
+    SELECT l.tenant, l.in_flight
+    FROM unnest(CAST(:noisy_tenants AS text[]), CAST(:noisy_in_flight AS integer[]))
+         AS l(tenant, in_flight)
 ),
 walked AS MATERIALIZED (
     (SELECT u.ctid AS turn, u.tenant, u.at, false AS noisy
@@ -630,15 +627,20 @@ walked AS MATERIALIZED (
     UNION ALL
     -- A noisy tenant's turns due (the sends' since the last claim that read
     -- it, which the quiet tenants' walk passes), as many, collapsed into one.
+    -- Bounded as a row of (tenant, at), which only turns_tenant can read by:
+    -- through turns_walk, filtered by tenant, each noisy tenant's read passed
+    -- every turn of the queue from the floor, and under a held horizon every
+    -- version deleted since (670 buffers a claim with ten noisy tenants).
     SELECT u.turn, n.tenant, u.at, true
     FROM noisy AS n
     CROSS JOIN LATERAL (
         SELECT d.ctid AS turn, d.at
         FROM leaseq.turns AS d
-        WHERE d.queue_id = :queue_id AND d.tenant = n.tenant
-          AND d.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
-          AND d.at <= statement_timestamp()
-        ORDER BY d.at
+        WHERE d.queue_id = :queue_id
+          AND (d.tenant, d.at)
+              >= (n.tenant, coalesce(CAST(:ready_floor AS timestamptz), '-infinity'))
+          AND (d.tenant, d.at) <= (n.tenant, statement_timestamp())
+        ORDER BY d.tenant, d.at
         LIMIT CAST(:max AS integer) + 10
     ) AS u
 ),
@@ -1085,6 +1087,16 @@ SET busy    =
         + EXCLUDED.busy,
     busy_at = statement_timestamp(),
     version = t.version + 1;
+
+-- name: judged_noisy
+-- returns: JudgedNoisyRow
+-- The tenants the fairness round last judged noisy, in every fair queue, with
+-- their messages in flight: read by each process once a second
+-- (app/queue/tally.py) and handed to its claims, which no longer read the
+-- tenants' rows themselves.
+SELECT t.queue_id, t.tenant, t.in_flight
+FROM leaseq.tenants AS t
+WHERE t.noisy;
 
 -- name: forget_turns
 -- Before a purge of a fair or FIFO queue, in its transaction: its turns as

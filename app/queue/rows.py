@@ -252,6 +252,12 @@ class FairnessRoundRow(TypedDict):
     forgotten: int
 
 
+class JudgedNoisyRow(TypedDict):
+    queue_id: int
+    tenant: str
+    in_flight: int
+
+
 class FairStatsRow(TypedDict):
     noisy_tenants: int
     quiet_visible: int

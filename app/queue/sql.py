@@ -22,6 +22,7 @@ from app.queue.rows import (
     HoldersRow,
     HorizonRow,
     IdRow,
+    JudgedNoisyRow,
     LapsedRow,
     LockedRow,
     MadeFairRow,
@@ -87,6 +88,7 @@ class Statements(Queries):
     without_jit: Query[None]
     fairness_round: Query[FairnessRoundRow]
     add_busy: Query[None]
+    judged_noisy: Query[JudgedNoisyRow]
     forget_turns: Query[None]
     adopt_strays: Query[RepairedRow]
     restore_turns: Query[RepairedRow]

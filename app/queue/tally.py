@@ -20,6 +20,11 @@ thresholds against the queue's count in this process (`noisy`): what one
 process alone sees of a burst is enough to tell it, and the round, a second
 later at most, judges from every process's.
 
+The round's judgement is read here too, once a second, and handed to the
+claims with this process's own (`noisy`): a claim that read the noisy tenants'
+rows itself visited every version the rows took since the cleanup horizon,
+one a second each while a transaction holds it.
+
 What is lost: the processing time of the last second of a process killed
 outright. The share is a judgement over minutes (its e-fold time is one
 minute), and a lost second moves it by a second's worth at most.
@@ -53,6 +58,9 @@ class Tally:
         # Per queue and tenant: what was handed out less what was taken back,
         # in the window before and in this one.
         self._out: dict[int, dict[str, list[int]]] = {}
+        # Per queue: the tenants the fairness round last judged noisy, with
+        # their messages in flight as it counted them.
+        self._judged: dict[int, dict[str, int]] = {}
         self._clock = clock
         self._window_ends = clock() + WINDOW_SECONDS
 
@@ -95,8 +103,20 @@ class Tally:
             raise
         return len(keys)
 
+    async def learn_judged(self, db: Connector) -> int:
+        """Reads the fairness round's last judgement; how many tenants are noisy."""
+        judged: dict[int, dict[str, int]] = {}
+        for row in await db.fetch(Q.judged_noisy):
+            judged.setdefault(row["queue_id"], {})[row["tenant"]] = row["in_flight"]
+        self._judged = judged
+        return sum(len(tenants) for tenants in judged.values())
+
+    async def tick(self, db: Connector) -> None:
+        await self.flush(db)
+        await self.learn_judged(db)
+
     async def forever(self, db: Connector, seconds: float = FLUSH_SECONDS) -> None:
-        await every(seconds, lambda: self.flush(db), what="processing time flush")
+        await every(seconds, lambda: self.tick(db), what="processing time flush")
 
     # -- messages handed out --------------------------------------------------
 
@@ -107,19 +127,22 @@ class Tally:
                 self._count(queue_id, tenant, 1)
 
     def noisy(self, queue_id: int, fairness: Fairness) -> dict[str, int]:
-        """The queue's tenants whose messages out from this process in the
-        last window or two pass its in-flight thresholds, with that count."""
+        """The queue's noisy tenants with their messages in flight: those the
+        round last judged so, and those whose messages out from this process
+        in the last window or two pass its in-flight thresholds (the greater
+        count where both)."""
         self._roll()
+        noisy = dict(self._judged.get(queue_id, {}))
         windows = self._out.get(queue_id)
         if not windows:
-            return {}
+            return noisy
         counts = {tenant: max(before + now, 0) for tenant, (before, now) in windows.items()}
         total = sum(counts.values())
-        return {
-            tenant: count for tenant, count in counts.items()
-            if tenant != "" and count >= fairness.in_flight_min
-            and count > fairness.in_flight_share * total
-        }
+        for tenant, count in counts.items():
+            if (tenant != "" and count >= fairness.in_flight_min
+                    and count > fairness.in_flight_share * total):
+                noisy[tenant] = max(count, noisy.get(tenant, 0))
+        return noisy
 
     def _count(self, queue_id: int, tenant: str, change: int) -> None:
         self._roll()

@@ -53,10 +53,12 @@ async def _noisy(db: asyncpg.Connection, queue_id: int) -> set[str]:
 
 
 async def _judge(client: httpx.AsyncClient) -> None:
-    """The fairness round, after the processing time summed so far is written."""
+    """The fairness round, after the processing time summed so far is written,
+    and its judgement read by this process, as its tally does once a second."""
     app: Any = client.app  # type: ignore[attr-defined]
     await app.state.service.queues.tally.flush(app.state.db)
     await judge_tenants(app.state.db)
+    await app.state.service.queues.tally.learn_judged(app.state.db)
 
 
 def _tenants(messages: list[dict[str, Any]]) -> list[str | None]:

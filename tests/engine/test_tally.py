@@ -77,3 +77,29 @@ def test_a_tenant_past_the_thresholds_of_what_this_process_handed_out_is_noisy()
     now[0] += WINDOW_SECONDS
     assert tally.noisy(3, fairness) == {}
     assert tally.noisy(2, fairness) == {}
+
+
+async def test_the_rounds_judgement_is_read_and_merged_with_this_processs_own(
+    client: httpx.AsyncClient, db: asyncpg.Connection,
+) -> None:
+    """The claims are handed the tenants the round judged noisy (read once a
+    second, not by each claim from the tenants' rows) together with those this
+    process counts noisy itself, with the greater count where both."""
+    app: Any = client.app  # type: ignore[attr-defined]
+    queue_id = await queue_id_of(client, await make_queue(client, fair=True))
+    await db.execute(
+        "INSERT INTO leaseq.tenants (queue_id, tenant, in_flight, noisy) "
+        "VALUES ($1, 'judged', 50, true), ($1, 'both', 35, true), ($1, 'quiet', 3, false)",
+        queue_id)
+    tally = Tally()
+    fairness = Fairness(in_flight_share=0.1, in_flight_min=30)
+    assert tally.noisy(queue_id, fairness) == {}
+    assert await tally.learn_judged(app.state.db) == 2
+    assert tally.noisy(queue_id, fairness) == {"judged": 50, "both": 35}
+    assert tally.noisy(queue_id + 1, fairness) == {}
+    tally.handed_out(queue_id, ["both"] * 40)
+    assert tally.noisy(queue_id, fairness) == {"judged": 50, "both": 40}
+    # The round's next judgement replaces the last.
+    await db.execute("UPDATE leaseq.tenants SET noisy = false WHERE tenant = 'judged'")
+    assert await tally.learn_judged(app.state.db) == 1
+    assert tally.noisy(queue_id, fairness) == {"both": 40}
