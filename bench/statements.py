@@ -8,8 +8,9 @@ batches of 10, and the same load on the minimal table (bench/minimal.py); with
 queue and on a FIFO queue of 100 groups; with `--held MINUTES`, the apart load on
 one queue (`--fifo GROUPS` or `--fair TENANTS` for a FIFO or fair queue) in windows,
 a clean one and then one after another while a REPEATABLE READ transaction holds
-the cleanup horizon (bench/_horizon.py), to see which statement's cost grows with
-the history a held horizon keeps. For each it prints, per message deleted:
+the cleanup horizon (bench/_horizon.py; with `--dump`, a pg_dump of the database
+paced to last that long), to see which statement's cost grows with the history a
+held horizon keeps. For each it prints, per message deleted:
 every statement's calls, execution time, rows, WAL bytes and buffers; the rows
 inserted, updated (and how many of those were HOT), deleted and left dead in each
 table; and the PostgreSQL CPU and WAL in all.
@@ -42,7 +43,7 @@ from bench._harness import (
     settle,
     wal_counter,
 )
-from bench._horizon import Holder
+from bench._horizon import Holder, SlowDump, full_dump, pad, pg_dump_binary, unpad
 
 _STATEMENTS = """
 SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
@@ -154,17 +155,35 @@ def _measure_cycle(kind: str, url: str, server: EmbeddedPostgres, port: int, bat
                    roles_before, roles_after)
 
 
+def _holder(url: str, minutes: float, window: float, dump: bool) -> Holder | SlowDump:
+    """What holds the horizon: an idle REPEATABLE READ transaction, or a pg_dump
+    of the database read at the pace that makes it last the held minutes (as
+    bench.history's dump rows), whose locks also keep the generations it found."""
+    if not dump:
+        holder = Holder(url)
+        holder.start()
+        return holder
+    binary, version = pg_dump_binary(url)
+    if binary is None:
+        raise SystemExit(version)
+    pad(url, 200_000)
+    return SlowDump(binary, url, size=full_dump(binary, url)["bytes"],
+                    seconds=minutes * 60 * 1.25 + 2 * window)
+
+
 def measure_held(url: str, server: EmbeddedPostgres, port: int, batch: int, window: float,
-                 minutes: float, backlog: int, spread: apart.Spread | None) -> None:
+                 minutes: float, backlog: int, spread: apart.Spread | None,
+                 dump: bool = False) -> None:
     """The apart load on one queue, window after window: the first clean, the
-    rest while a Holder holds the horizon; each window's statements printed."""
+    rest while a Holder (or a paced pg_dump) holds the horizon; each window's
+    statements printed."""
     fifo = spread is not None and spread.fifo
     name = f"held-{batch}" + (".fifo" if fifo else "")
     call(port, "POST", "/v1/queues", {"name": name, **({"fifo": True} if fifo else {})})
     queue_id = find_queue_id(url, name)
     standing = apart.prefill_rest(port, name, backlog, spread)
     settle(url, "leaseq.messages")
-    holder: Holder | None = None
+    holder: Holder | SlowDump | None = None
     began = 0.0
     try:
         while holder is None or time.monotonic() - began < minutes * 60:
@@ -186,12 +205,13 @@ def measure_held(url: str, server: EmbeddedPostgres, port: int, batch: int, wind
                   else f"\nheld {(time.monotonic() - began) / 60:.1f} min", end="")
             report(result, top=12)
             if holder is None:
-                holder = Holder(url)
-                holder.start()
+                holder = _holder(url, minutes, window, dump)
                 began = time.monotonic()
     finally:
         if holder is not None:
             holder.stop()
+        if dump:
+            unpad(url)
         fetch_ids(url, _EMPTY, queue_id)
 
 
@@ -259,6 +279,9 @@ def main() -> None:
     parser.add_argument("--held", type=float, metavar="MINUTES",
                         help="the apart load on one queue in windows of --seconds, first "
                         "clean, then while the horizon is held this long")
+    parser.add_argument("--dump", action="store_true",
+                        help="--held: held by a pg_dump of the database paced to last "
+                        "that long, not by an idle transaction")
     # --fifo also sets the groups of `--kinds fifo`'s lockstep cycle (default 100).
     apart.add_spread_options(parser, "--held: the load")
     args = parser.parse_args()
@@ -285,7 +308,7 @@ def main() -> None:
             if args.held is not None:
                 for batch in args.batches:
                     measure_held(url, server, service.port, batch, args.seconds, args.held,
-                                 args.backlog, apart.spread_of(args))
+                                 args.backlog, apart.spread_of(args), args.dump)
                 return
             for batch in args.batches:
                 for kind in args.kinds:
