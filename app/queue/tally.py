@@ -112,11 +112,15 @@ class Tally:
         return sum(len(tenants) for tenants in judged.values())
 
     async def tick(self, db: Connector) -> None:
-        await self.flush(db)
-        await self.learn_judged(db)
+        """One second's work: the sums written, the round's judgement read (even
+        when the write failed: the claims go by it)."""
+        try:
+            await self.flush(db)
+        finally:
+            await self.learn_judged(db)
 
     async def forever(self, db: Connector, seconds: float = FLUSH_SECONDS) -> None:
-        await every(seconds, lambda: self.tick(db), what="processing time flush")
+        await every(seconds, lambda: self.tick(db), what="tenants' tally")
 
     # -- messages handed out --------------------------------------------------
 
