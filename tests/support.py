@@ -173,29 +173,6 @@ async def statement_buffers(db: asyncpg.Connection, sql: str, args: list[Any]) -
         and n.get("Subplan Name", "").removeprefix("CTE ") not in read)
 
 
-async def plan_by_cte(db: asyncpg.Connection, sql: str,
-                      args: list[Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A statement's plan by EXPLAIN (ANALYZE, BUFFERS), rolled back: each node
-    with the CTE it runs in ("CTE name", or "main")."""
-    tx = db.transaction()
-    await tx.start()
-    try:
-        plan = json.loads(await db.fetchval(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))[0]["Plan"]
-    finally:
-        await tx.rollback()
-    found: list[tuple[str, dict[str, Any]]] = []
-
-    def walk(node: dict[str, Any], cte: str) -> None:
-        found.append((cte, node))
-        for child in node.get("Plans", []):
-            name = child.get("Subplan Name", "")
-            walk(child, name if name.startswith("CTE ") else cte)
-
-    walk(plan, "main")
-    return found
-
-
 async def cycle(client: httpx.AsyncClient, queue: str,
                 batches: Iterable[list[dict[str, Any]]]) -> None:
     """Each batch sent, then up to ten messages received and acknowledged

@@ -627,20 +627,15 @@ walked AS MATERIALIZED (
     UNION ALL
     -- A noisy tenant's turns due (the sends' since the last claim that read
     -- it, which the quiet tenants' walk passes), as many, collapsed into one.
-    -- Bounded as a row of (tenant, at), which only turns_tenant can read by:
-    -- through turns_walk, filtered by tenant, each noisy tenant's read passed
-    -- every turn of the queue from the floor, and under a held horizon every
-    -- version deleted since (670 buffers a claim with ten noisy tenants).
     SELECT u.turn, n.tenant, u.at, true
     FROM noisy AS n
     CROSS JOIN LATERAL (
         SELECT d.ctid AS turn, d.at
         FROM leaseq.turns AS d
-        WHERE d.queue_id = :queue_id
-          AND (d.tenant, d.at)
-              >= (n.tenant, coalesce(CAST(:ready_floor AS timestamptz), '-infinity'))
-          AND (d.tenant, d.at) <= (n.tenant, statement_timestamp())
-        ORDER BY d.tenant, d.at
+        WHERE d.queue_id = :queue_id AND d.tenant = n.tenant
+          AND d.at >= coalesce(CAST(:ready_floor AS timestamptz), '-infinity')
+          AND d.at <= statement_timestamp()
+        ORDER BY d.at
         LIMIT CAST(:max AS integer) + 10
     ) AS u
 ),

@@ -20,7 +20,6 @@ from support import (
     eventually,
     held_horizon,
     make_queue,
-    plan_by_cte,
     positional,
     queue_id_of,
     receive,
@@ -477,35 +476,3 @@ async def _cycle_free_send(client: httpx.AsyncClient, queue: str, count: int,
         {"body": f"s{n}", "group": f"t{n % tenants}"} for n in range(count)]})
     assert response.status_code == 200, response.text
 
-
-async def test_a_noisy_tenants_turns_are_read_by_its_own_index_range(
-    client: httpx.AsyncClient, db: asyncpg.Connection, database_url: str,
-) -> None:
-    """Each noisy tenant's turns are read on their own: by turns_tenant, in the
-    tenant's range from the floor. Read by turns_walk and filtered by tenant,
-    each noisy tenant's read passed every turn of the queue from the floor, and
-    under a held horizon every version deleted since: 670 buffers a claim in
-    the bench with ten noisy tenants. The planner took that path when its
-    statistics of the turns were older than the floor (a minute of autovacuum
-    on a busy queue), as here."""
-    queue = await make_queue(client, fair=True)
-    queue_id = await queue_id_of(client, queue)
-    await _cycle(client, queue, 500, 10)
-    await _cycle_free_send(client, queue, 100, 10)
-    async with held_horizon(database_url):
-        await _cycle(client, queue, 2000, 10)
-        await db.execute("ANALYZE leaseq.turns")
-        await _cycle(client, queue, 2000, 10)
-        floor = await db.fetchval(
-            "SELECT min(at) FROM leaseq.turns WHERE queue_id = $1 AND at <= now()", queue_id)
-        noisy = [f"t{n}" for n in range(10)]
-        sql, args = positional("claim_fair_messages", {
-            "queue_id": queue_id, "visibility_timeout": 30, "retention": 345600, "max": 10,
-            "dead_letter_queue_id": None, "max_receive_count": None,
-            "ack_ids": [], "ack_tokens": [], "ready_floor": floor,
-            "noisy_tenants": noisy, "noisy_in_flight": [50] * len(noisy),
-        })
-        walked = [node for cte, node in await plan_by_cte(db, sql, args) if cte == "CTE walked"]
-    indexes = {node["Index Name"] for node in walked
-               if "Index Name" in node and node["Actual Loops"] == len(noisy)}
-    assert indexes == {"turns_tenant"}, walked
