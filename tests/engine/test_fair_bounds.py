@@ -475,4 +475,3 @@ async def _cycle_free_send(client: httpx.AsyncClient, queue: str, count: int,
     response = await client.post(f"/v1/queues/{queue}/messages", json={"messages": [
         {"body": f"s{n}", "group": f"t{n % tenants}"} for n in range(count)]})
     assert response.status_code == 200, response.text
-
