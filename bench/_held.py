@@ -154,10 +154,8 @@ def run(service: Service, url: str, plan: Plan, *,
     holder: Holder | SlowDump
     if plan.hold == "pg_dump":
         assert dump is not None
-        # Paced to last a little longer than the held time: told to stop then,
-        # it writes the rest at once.
-        holder = SlowDump(dump[0], url, size=dump[1],
-                          seconds=plan.held_seconds * 1.25 + 2 * plan.window)
+        holder = SlowDump.outlasting(dump[0], url, size=dump[1], held=plan.held_seconds,
+                                     window=plan.window)
         pid = holder.backend_pid(url)
     else:
         holder = Holder(url)

@@ -30,6 +30,8 @@ import asyncpg
 from bench._harness import execute, fetch_ids, fetch_rows
 
 PADDING = "bench_dump_padding"
+PADDING_ROWS = 200_000
+"""Rows of the padding table (pad), so that a dump has something to write."""
 
 
 class Holder:
@@ -132,6 +134,13 @@ class SlowDump:
     lasts about `seconds`, then what is left is read at once."""
 
     CHUNK = 64 * 1024
+
+    @classmethod
+    def outlasting(cls, binary: str, url: str, *, size: int, held: float,
+                   window: float) -> SlowDump:
+        """Paced to last a little longer than `held` seconds of windows of
+        `window`: told to stop then, it writes the rest at once."""
+        return cls(binary, url, size=size, seconds=held * 1.25 + 2 * window)
 
     def __init__(self, binary: str, url: str, *, size: int, seconds: float) -> None:
         self._rate = max(size / max(seconds, 0.1), 1.0)

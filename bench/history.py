@@ -62,7 +62,6 @@ RESULTS = Path(__file__).parent / "results"
 SECTIONS = ("horizon", "dump", "tenants", "backlog")
 BATCHES = (1, 10)
 KINDS = ("rest", "minimal")
-PADDING_ROWS = 200_000
 
 
 def _window(held_seconds: float, quick: bool) -> float:
@@ -88,7 +87,7 @@ def dump(service: Service, url: str, *, minutes: list[float], quick: bool,
     if binary is None:
         return {"skipped": version}
     held = min(minutes) * 60
-    _horizon.pad(url, PADDING_ROWS)
+    _horizon.pad(url, _horizon.PADDING_ROWS)
     try:
         full = _horizon.full_dump(binary, url)
         runs = [_held.run(service, url, _held.Plan("rest", batch, "pg_dump", held,
@@ -98,7 +97,7 @@ def dump(service: Service, url: str, *, minutes: list[float], quick: bool,
     finally:
         _horizon.unpad(url)
     return {"marks_minutes": [min(minutes)], "pg_dump": version, "full_dump": full,
-            "padding_rows": PADDING_ROWS, "runs": runs}
+            "padding_rows": _horizon.PADDING_ROWS, "runs": runs}
 
 
 def measure(*, quick: bool, minutes: list[float] | None = None, only: str | None = None,

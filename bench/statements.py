@@ -43,7 +43,15 @@ from bench._harness import (
     settle,
     wal_counter,
 )
-from bench._horizon import Holder, SlowDump, full_dump, pad, pg_dump_binary, unpad
+from bench._horizon import (
+    PADDING_ROWS,
+    Holder,
+    SlowDump,
+    full_dump,
+    pad,
+    pg_dump_binary,
+    unpad,
+)
 
 _STATEMENTS = """
 SELECT queryid, calls, total_exec_time, total_plan_time, rows, wal_bytes,
@@ -166,9 +174,9 @@ def _holder(url: str, minutes: float, window: float, dump: bool) -> Holder | Slo
     binary, version = pg_dump_binary(url)
     if binary is None:
         raise SystemExit(version)
-    pad(url, 200_000)
-    return SlowDump(binary, url, size=full_dump(binary, url)["bytes"],
-                    seconds=minutes * 60 * 1.25 + 2 * window)
+    pad(url, PADDING_ROWS)
+    return SlowDump.outlasting(binary, url, size=full_dump(binary, url)["bytes"],
+                               held=minutes * 60, window=window)
 
 
 def measure_held(url: str, server: EmbeddedPostgres, port: int, batch: int, window: float,
